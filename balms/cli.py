@@ -1,0 +1,45 @@
+"""`balms` console command. Each area registers its own subcommand group, so this file stays small.
+
+    balms data summary --dataset pmdata --json
+    balms sandbox selftest --json
+    balms judge ground --case FILE --json
+    balms run ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (command, module exposing `register(subparsers)`)
+COMMAND_MODULES = [
+    ("data", "balms.data.cli"),
+    ("models", "balms.models.cli"),
+    ("run", "balms.run_cli"),
+    ("sandbox", "balms.agents.sandbox_cli"),
+    ("judge", "balms.judges.cli"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="balms", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for _, module in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:  # area not built yet
+                continue
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

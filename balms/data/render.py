@@ -1,0 +1,89 @@
+"""The ONE canonical text rendering of a look-back window.
+
+Health-LLM prompts, RAG/RAPTOR memories, the LLM judge and the grounding checker all call these
+functions, so a number the judge or checker looks up is exactly the number the agent was shown.
+Day numbering: day 1 is the oldest day of the window, day L the most recent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from balms.data.schema import Channel, Window
+
+
+def format_value(value, decimals: int = 1) -> str:
+    """A number as shown to models: NaN for missing, integers without decimals."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or pd.isna(value):
+        return "NaN"
+    v = float(value)
+    if decimals <= 0 or v.is_integer():
+        return str(int(round(v)))
+    return f"{v:.{decimals}f}"
+
+
+def channel_caption(ch: Channel) -> str:
+    return f"{ch.label} ({ch.unit})" if ch.unit else ch.label
+
+
+def channel_values(window: Window, ch: Channel) -> list:
+    if ch.name not in window.daily.columns:
+        return [float("nan")] * len(window.daily.index)
+    return list(window.daily[ch.name].to_numpy())
+
+
+def render_channel_line(window: Window, ch: Channel) -> str:
+    vals = ", ".join(format_value(v, ch.decimals) for v in channel_values(window, ch))
+    return f"- {channel_caption(ch)}: [{vals}]"
+
+
+def render_window(window: Window, channels: list[Channel] | None = None) -> str:
+    """Per-channel arrays over the window, oldest day first; the canonical window text."""
+    chans = channels if channels is not None else window.channels
+    s = window.sample
+    head = (
+        f"Daily data for the {len(window.daily.index)} days {s.window_start.isoformat()} to "
+        f"{s.window_end.isoformat()} (day 1 = {s.window_start.isoformat()}, the oldest; "
+        f"day {len(window.daily.index)} = {s.window_end.isoformat()}, the most recent). NaN = missing."
+    )
+    return "\n".join([head, *(render_channel_line(window, c) for c in chans)])
+
+
+def render_profile(profile: dict) -> str:
+    """The user-profile line; only the fields that are known."""
+    parts = []
+    if profile.get("age") is not None and not pd.isna(profile.get("age")):
+        parts.append(f"age {format_value(profile['age'], 0)}")
+    if profile.get("gender"):
+        parts.append(f"gender {profile['gender']}")
+    if profile.get("height_cm") is not None and not pd.isna(profile.get("height_cm")):
+        parts.append(f"height {format_value(profile['height_cm'], 0)} cm")
+    if profile.get("max_hr") is not None and not pd.isna(profile.get("max_hr")):
+        parts.append(f"maximum heart rate {format_value(profile['max_hr'], 0)} bpm")
+    return ("User profile: " + ", ".join(parts) + ".") if parts else "User profile: not available."
+
+
+def render_context(window: Window) -> str:
+    """Same-day self-reported context (e.g. PMData mood "3 out of 5"), empty when disabled/absent."""
+    lines = []
+    for ch in window.context_channels:
+        v = window.context.get(ch.name)
+        if v is None or pd.isna(v):
+            continue
+        unit = f" {ch.unit}" if ch.unit else ""  # context units read like "out of 5"
+        lines.append(f"On the target day the user reported {ch.label.lower()} {format_value(v, 0)}{unit}.")
+    return " ".join(lines)
+
+
+def render_day(window: Window, date, channels: list[Channel] | None = None) -> str:
+    """One day as a line of text (the unit RAG embeds and retrieves)."""
+    chans = channels if channels is not None else window.channels
+    ts = pd.Timestamp(date)
+    row = window.daily.loc[ts] if ts in window.daily.index else None
+    vals = []
+    for c in chans:
+        v = row[c.name] if row is not None and c.name in row.index else float("nan")
+        vals.append(f"{c.label} {format_value(v, c.decimals)}{(' ' + c.unit) if c.unit else ''}")
+    return f"{ts.date().isoformat()} ({ts.day_name()}): " + "; ".join(vals)

@@ -1,0 +1,72 @@
+"""One model interface for every provider: chat messages + decoding parameters -> completion.
+
+Backends (OpenAI-compatible HTTP for vLLM/llama.cpp servers, vLLM in-process, Anthropic, llama.cpp
+in-process) implement `Backend.generate`. The cache key is `GenParams.cache_key_fields()` plus the exact
+model id and the messages; transport settings (timeouts, retries, concurrency, base URLs) never enter it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """Decoding parameters: everything here determines the output and enters the cache key."""
+
+    temperature: float = 0.0
+    max_tokens: int = 256
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = 0  # per-sample seed (derive with balms.models.seeds.sample_seed)
+    json_schema: dict | None = None  # constrain output to this JSON schema where supported
+    grammar: str | None = None  # GBNF grammar (llama.cpp) where supported
+    epoch: int = 0  # repeat index for repeated sampling; part of the key
+
+    def cache_key_fields(self) -> dict:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass
+class Completion:
+    text: str  # the answer, with any <think> reasoning removed
+    model_id: str  # exact model id that produced it
+    finish_reason: str = "stop"  # "stop" | "length" | ...
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    reasoning: str | None = None  # <think> content of reasoning models, kept for the transcript
+    reasoning_tokens: int = 0
+    cached: bool = False
+    raw: dict = field(default_factory=dict)  # provider payload subset, for debugging
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class BackendError(RuntimeError):
+    """A model call failed. `transient` errors (429, 5xx, timeouts) are retried by the runner."""
+
+    def __init__(self, message: str, *, transient: bool = False, retry_after: float | None = None):
+        super().__init__(message)
+        self.transient = transient
+        self.retry_after = retry_after
+
+
+@runtime_checkable
+class Backend(Protocol):
+    model_id: str  # exact id, e.g. "Qwen/Qwen2.5-14B-Instruct" or "gguf:qwen2.5-coder-1.5b-instruct-q4_k_m@sha256:cc32..."
+
+    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion: ...

@@ -1,0 +1,53 @@
+"""The prediction record: one per (sample, system, backbone, options). Written as one JSONL line.
+
+Everything downstream (metrics, judge, grounding checker, failure taxonomy, report) reads records,
+never agent internals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Step(BaseModel):
+    """One entry of an agent transcript: a model call, a tool call, or an observation."""
+
+    kind: str  # "prompt" | "completion" | "thought" | "code" | "observation" | "forced_finish" | "retrieval" | "summary"
+    content: str = ""
+    meta: dict[str, Any] = Field(default_factory=dict)  # tokens, latency, exit status, retrieved ids...
+
+
+class PredictionRecord(BaseModel):
+    sample_id: str
+    dataset: str
+    user: str
+    target_date: str  # ISO date
+    lookback: int
+    label: int
+    source: str  # "real" | "synthetic"
+    system: str  # "healthllm" | "rag" | "raptor" | "phia"
+    cot: bool
+    model: str  # registry name, e.g. "qwen2.5-coder-1.5b" or "Qwen2.5-14B-Instruct"
+    model_id: str  # exact model id
+    options: dict[str, Any] = Field(default_factory=dict)  # e.g. {"executor": "faithful", "channels": "wearable"}
+    prediction: int | None = None  # None = parse failure (see parse_error)
+    parse_error: str | None = None
+    raw_answer: str = ""  # final model text the answer was parsed from
+    rationale: str = ""  # text before the answer line (CoT reasoning or PHIA final thought)
+    transcript: list[Step] = Field(default_factory=list)
+    n_steps: int = 1  # model calls made for this sample
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0  # wall time of the agent for this sample (model + tools)
+    cost_usd: float = 0.0
+    error: str | None = None  # agent/harness error (not a parse failure)
+
+    @property
+    def parsed(self) -> bool:
+        return self.prediction is not None
+
+    def key(self) -> str:
+        """Identity of the record inside a run (a run holds one system/model/options)."""
+        return self.sample_id
