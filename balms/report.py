@@ -1,0 +1,169 @@
+"""Artefacts: tables (CSV + Markdown + LaTeX) and figures (PNG + PDF), the paper's numbers beside ours,
+and `tables/index.csv`, the list of every artefact a profile produced.
+
+    python -m balms.report index --profile demo     # check and print the artefact index
+    python -m balms.report html --profile demo      # static HTML report (see balms.report_html)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from balms import paths
+
+INDEX_COLUMNS = ["artefact", "path", "notebook", "source", "profile", "models", "n", "caption"]
+SMOKE_PROFILES = {"smoke"}
+
+
+def output_dirs(profile: str) -> tuple[Path, Path]:
+    """demo/paper write the committed `tables/` and `figures/`; the smoke profile (CI) writes to build/."""
+    if profile in SMOKE_PROFILES:
+        root = paths.PROJECT_ROOT / "build" / profile
+        t, f = root / "tables", root / "figures"
+    else:
+        t, f = paths.TABLES_DIR, paths.FIGURES_DIR
+    t.mkdir(parents=True, exist_ok=True)
+    f.mkdir(parents=True, exist_ok=True)
+    return t, f
+
+
+def index_path(profile: str) -> Path:
+    return output_dirs(profile)[0] / "index.csv"
+
+
+def source_label(sources: Iterable[str]) -> str:
+    """'real', 'synthetic' or 'mixed' for a set of per-dataset sources."""
+    s = {x for x in sources if x}
+    if not s:
+        raise ValueError("no data source given")
+    return s.pop() if len(s) == 1 else "mixed"
+
+
+def _register(profile: str, row: dict) -> None:
+    path = index_path(profile)
+    idx = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=INDEX_COLUMNS)
+    idx = idx[idx["path"] != row["path"]]
+    idx = pd.concat([idx, pd.DataFrame([row])], ignore_index=True)[INDEX_COLUMNS]
+    idx.sort_values(["artefact", "path"]).to_csv(path, index=False)
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(p.relative_to(paths.PROJECT_ROOT))
+    except ValueError:
+        return str(p)
+
+
+def save_table(df: pd.DataFrame, stem: str, *, artefact: str, notebook: str, source: str, profile: str,
+               models: Iterable[str] = (), n: int | None = None, caption: str = "") -> Path:
+    """Write `stem`.csv/.md/.tex and register the CSV in the index. Returns the CSV path."""
+    tdir, _ = output_dirs(profile)
+    csv = tdir / f"{stem}.csv"
+    df.to_csv(csv, index=False)
+    head = f"{artefact}: {caption}\n\nData source: {source}. Models: {', '.join(models) or 'none'}.\n\n"
+    (tdir / f"{stem}.md").write_text(head + df.to_markdown(index=False, floatfmt=".3f") + "\n")
+    (tdir / f"{stem}.tex").write_text(
+        df.to_latex(index=False, float_format="%.3f", caption=f"{artefact}: {caption} ({source} data)",
+                    label=f"tab:{stem}", na_rep="--")
+    )
+    _register(profile, {"artefact": artefact, "path": _rel(csv), "notebook": notebook, "source": source,
+                        "profile": profile, "models": ";".join(models), "n": n, "caption": caption})
+    return csv
+
+
+def save_figure(fig, stem: str, *, artefact: str, notebook: str, source: str, profile: str,
+                models: Iterable[str] = (), n: int | None = None, caption: str = "") -> Path:
+    """Write `stem`.png/.pdf; the figure should already carry backbone, source and n in its title."""
+    _, fdir = output_dirs(profile)
+    png = fdir / f"{stem}.png"
+    fig.savefig(png, dpi=130, bbox_inches="tight")
+    fig.savefig(fdir / f"{stem}.pdf", bbox_inches="tight")
+    _register(profile, {"artefact": artefact, "path": _rel(png), "notebook": notebook, "source": source,
+                        "profile": profile, "models": ";".join(models), "n": n, "caption": caption})
+    return png
+
+
+def paper_table(name: str) -> pd.DataFrame:
+    """The paper's reported numbers (our transcription), e.g. paper_table('table3_zero_shot_mae')."""
+    p = paths.PAPER_TABLES_DIR / f"{name}.csv"
+    if not p.exists():
+        known = sorted(x.stem for x in paths.PAPER_TABLES_DIR.glob("*.csv"))
+        raise FileNotFoundError(f"{p}: no such paper table; known: {known}")
+    return pd.read_csv(p)
+
+
+def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], values: list[str]) -> pd.DataFrame:
+    """Outer-join ours and the paper's on `on`; for each value column: paper_<v>, ours_<v>, diff_<v> (ours - paper).
+
+    Rows only one side has are kept (NaN on the other): a reader sees what we did not reproduce.
+    """
+    o = ours[on + [v for v in values if v in ours.columns]].rename(columns={v: f"ours_{v}" for v in values})
+    p = paper[on + [v for v in values if v in paper.columns]].rename(columns={v: f"paper_{v}" for v in values})
+    m = p.merge(o, on=on, how="outer")
+    cols = list(on)
+    for v in values:
+        if f"paper_{v}" not in m:
+            m[f"paper_{v}"] = float("nan")
+        if f"ours_{v}" not in m:
+            m[f"ours_{v}"] = float("nan")
+        m[f"diff_{v}"] = m[f"ours_{v}"] - m[f"paper_{v}"]
+        cols += [f"paper_{v}", f"ours_{v}", f"diff_{v}"]
+    return m[cols]
+
+
+def model_caption(models: Iterable[str]) -> str:
+    """'qwen2.5-coder-1.5b (embedded CPU model, not a paper backbone)' and the like, for titles."""
+    from balms.models.registry import model_info  # local import: report must not load model code eagerly
+
+    parts = []
+    for m in models:
+        info = model_info(m)
+        parts.append(f"{m} (embedded CPU model, not a paper backbone)" if info.is_embedded_cpu else m)
+    return "; ".join(parts)
+
+
+def check_index(profile: str) -> pd.DataFrame:
+    """Every indexed artefact exists on disk; raises naming the missing ones."""
+    path = index_path(profile)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no artefact index; run the notebooks first (make paper PROFILE={profile})")
+    idx = pd.read_csv(path)
+    missing = [p for p in idx["path"] if not (paths.PROJECT_ROOT / p).exists()]
+    if missing:
+        raise FileNotFoundError(f"{path}: indexed artefacts missing on disk: {missing}")
+    return idx
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m balms.report")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("index", help="check and print the artefact index")
+    i.add_argument("--profile", default="demo")
+    i.add_argument("--json", action="store_true")
+    h = sub.add_parser("html", help="build the static HTML report")
+    h.add_argument("--profile", default="demo")
+    h.add_argument("--out", default="report")
+    a = ap.parse_args(argv)
+    if a.cmd == "index":
+        idx = check_index(a.profile)
+        if a.json:
+            print(json.dumps(idx.to_dict(orient="records"), default=str))
+        else:
+            print(idx[["artefact", "path", "notebook", "source"]].to_string(index=False))
+            print(f"{len(idx)} artefacts, all present ({index_path(a.profile)})")
+        return 0
+    from balms.report_html import build_report
+
+    out = build_report(a.profile, Path(a.out))
+    print(f"report written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
