@@ -1,0 +1,283 @@
+"""From tables to (user, target day, look-back window, label) samples, with every filter counted.
+
+Rules, applied in this order to each label row; each rejected row is counted under its rule name in
+`SampleSet.dropped` (loader-level counts such as `duplicate_report` are carried over):
+
+- `missing_label`        the label cell is empty.
+- `out_of_range_label`   outside the target scale (PMData stress 0).
+- `non_integer_label`    not a whole number.
+- `duplicate_label`      a second label for the same (user, date) still present after loading (last kept).
+- `short_history`        the window would start before the user's record starts. The record starts at
+                         the first label (`history_from="first_label"`, PMData default: wellness reporting
+                         marks enrolment, while Fitbit logs start on 1 Nov for everyone) or at the first
+                         day with any sensing (`"first_sensing"`, GLOBEM/DiversityOne default: their
+                         first survey comes weeks into the sensing), or never (`"none"`).
+- `no_sensing_in_window` not one window day has any `observed_channels` value.
+- `too_few_observed_days` fewer than `min_days_observed` window days have one.
+
+PMData defaults (history from first label, >= half the window observed on the Health-LLM channels
+steps/calories/resting HR/sleep minutes) give 1,450 samples at L=14 against the paper's 1,448; see
+`bench/bench_data.py` and tests/test_samples.py for the rule-by-rule table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from balms.data.schema import DatasetTables, Sample, Window
+
+DEFAULT_LOOKBACK = {"diversityone": 7, "pmdata": 14, "globem": 14}
+DEFAULT_HISTORY_FROM = {"pmdata": "first_label", "globem": "first_sensing", "diversityone": "first_sensing"}
+# Channels whose presence makes a day "observed" (None = any daily channel).
+DEFAULT_OBSERVED = {"pmdata": ["steps", "calories", "resting_hr", "sleep_minutes"]}
+LOADER_FILTERS = ("duplicate_report",)
+
+
+@dataclass
+class SampleSet:
+    dataset: str
+    lookback: int
+    samples: list[Sample]
+    dropped: dict[str, int] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    n_label_rows: int = 0
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __iter__(self):
+        return iter(self.samples)
+
+    def to_frame(self) -> pd.DataFrame:
+        cols = ["sample_id", "dataset", "user", "target_date", "label", "lookback", "window_start", "window_end", "source"]
+        return pd.DataFrame(
+            [[s.sample_id, s.dataset, s.user, s.target_date, s.label, s.lookback, s.window_start, s.window_end, s.source]
+             for s in self.samples],
+            columns=cols,
+        )
+
+    def label_counts(self) -> dict[int, int]:
+        return dict(sorted(pd.Series([s.label for s in self.samples], dtype=int).value_counts().items()))
+
+
+def _user_day_matrix(tables: DatasetTables, cols: list[str]) -> pd.Series:
+    """Boolean Series (user, date): any of `cols` observed that day."""
+    cols = [c for c in cols if c in tables.daily.columns]
+    if not cols:
+        return pd.Series(dtype=bool)
+    return tables.daily[cols].notna().any(axis=1)
+
+
+def build_samples(
+    tables: DatasetTables,
+    *,
+    lookback: int | None = None,
+    include_target_day: bool = False,
+    min_days_observed: int | None = None,
+    history_from: str | None = None,
+    observed_channels: list[str] | None = None,
+) -> SampleSet:
+    """Every valid (user, target day) of `tables` as a Sample, with the count of each rejected row.
+
+    `min_days_observed=None` means the dataset default: ceil(lookback/2) for PMData (reproduces the
+    paper's count), 1 elsewhere.
+    """
+    name = tables.name
+    L = int(lookback or DEFAULT_LOOKBACK.get(name, 14))
+    if L < 1:
+        raise ValueError(f"lookback must be >= 1, got {L}")
+    hist = history_from or DEFAULT_HISTORY_FROM.get(name, "first_sensing")
+    if hist not in ("first_label", "first_sensing", "none"):
+        raise ValueError(f"history_from must be first_label, first_sensing or none, got {hist!r}")
+    if min_days_observed is None:
+        min_days_observed = math.ceil(L / 2) if name == "pmdata" else 1
+    obs_cols = observed_channels if observed_channels is not None else DEFAULT_OBSERVED.get(name, list(tables.daily.columns))
+    dropped: dict[str, int] = {k: v for k, v in tables.dropped.items() if k in LOADER_FILTERS}
+
+    lab = tables.labels[["user", "date", "label"]].copy()
+    lab["date"] = pd.to_datetime(lab["date"]).dt.normalize()
+    n_rows = len(lab)
+
+    def drop(mask: pd.Series, rule: str) -> None:
+        nonlocal lab
+        n = int(mask.sum())
+        dropped[rule] = dropped.get(rule, 0) + n
+        lab = lab[~mask]
+
+    drop(lab["label"].isna(), "missing_label")
+    t = tables.target
+    drop(~lab["label"].between(t.scale_min, t.scale_max), "out_of_range_label")
+    drop((lab["label"] - lab["label"].round()).abs() > 1e-9, "non_integer_label")
+    lab = lab.sort_values(["user", "date"], kind="stable")
+    drop(lab.duplicated(["user", "date"], keep="last"), "duplicate_label")
+
+    end_off = 0 if include_target_day else 1
+    lab["window_end"] = lab["date"] - pd.Timedelta(days=end_off)
+    lab["window_start"] = lab["window_end"] - pd.Timedelta(days=L - 1)
+
+    observed = _user_day_matrix(tables, obs_cols)
+    if hist == "first_label":
+        start = tables.labels.dropna(subset=["label"]).assign(date=lambda d: pd.to_datetime(d["date"])).groupby("user")["date"].min()
+    elif hist == "first_sensing":
+        obs_days = observed[observed] if len(observed) else observed
+        start = obs_days.reset_index().groupby("user")["date"].min() if len(obs_days) else pd.Series(dtype="datetime64[ns]")
+    else:
+        start = None
+    if start is not None:
+        # short_history: the window reaches back before the user's record (the target day itself, and
+        # for first_label the first report, need not be inside the window).
+        st = lab["user"].map(start)
+        cutoff = st if hist == "first_sensing" else st
+        drop(st.isna() | (lab["window_start"] < cutoff), "short_history")
+
+    # Observed days per window: per-user cumulative sums over a dense calendar.
+    n_obs = np.zeros(len(lab), dtype=int)
+    if len(observed) and len(lab):
+        obs = observed.astype(int)
+        users_with = set(obs.index.get_level_values(0))
+        pos = {u: np.asarray(ix) for u, ix in lab.reset_index(drop=True).groupby("user").groups.items()}
+        lab = lab.reset_index(drop=True)
+        for u, ix in pos.items():
+            if u not in users_with:
+                continue
+            su = obs.xs(u, level=0)
+            lo = min(su.index.min(), lab.loc[ix, "window_start"].min())
+            hi = max(su.index.max(), lab.loc[ix, "window_end"].max())
+            dense = su.reindex(pd.date_range(lo, hi, freq="D"), fill_value=0)
+            cs = np.concatenate([[0], np.cumsum(dense.to_numpy())])
+            first = dense.index[0]
+            e = (lab.loc[ix, "window_end"] - first).dt.days.to_numpy() + 1
+            s = (lab.loc[ix, "window_start"] - first).dt.days.to_numpy()
+            n_obs[ix] = cs[e] - cs[s]
+    lab = lab.reset_index(drop=True)
+    lab["n_obs"] = n_obs
+    drop(lab["n_obs"] == 0, "no_sensing_in_window")
+    drop(lab["n_obs"] < min_days_observed, "too_few_observed_days")
+
+    samples = [
+        Sample(
+            dataset=name, user=str(u), target_date=d.date(), label=int(round(y)), lookback=L,
+            window_start=ws.date(), window_end=we.date(), source=tables.source,
+        )
+        for u, d, y, ws, we in zip(lab["user"], lab["date"], lab["label"], lab["window_start"], lab["window_end"])
+    ]
+    params = dict(lookback=L, include_target_day=include_target_day, min_days_observed=min_days_observed,
+                  history_from=hist, observed_channels=list(obs_cols))
+    return SampleSet(dataset=name, lookback=L, samples=samples, dropped=dropped, params=params, n_label_rows=n_rows)
+
+
+# ------------------------------------------------------------------------------------- windows
+def window_of(tables: DatasetTables, sample: Sample, *, context: bool = True,
+              channels: list[str] | None = None) -> Window:
+    """The data an agent may see for `sample`: window days only, no label; same-day context if asked."""
+    dates = pd.DatetimeIndex([pd.Timestamp(d) for d in sample.window_dates])
+    chans = [c for c in tables.channels if channels is None or c.name in channels]
+    names = [c.name for c in chans]
+    try:
+        ud = tables.daily.xs(sample.user, level="user")
+    except KeyError:
+        ud = pd.DataFrame(columns=tables.daily.columns)
+    daily = ud.reindex(index=dates, columns=names).astype(float)
+    daily.index.name = "date"
+    profile: dict = {}
+    if len(tables.profiles) and sample.user in tables.profiles.index:
+        profile = {k: (None if pd.isna(v) else v) for k, v in tables.profiles.loc[sample.user].to_dict().items()}
+    ctx: dict = {}
+    ctx_channels = []
+    if context and len(tables.context):
+        key = (sample.user, pd.Timestamp(sample.target_date))
+        if key in tables.context.index:
+            row = tables.context.loc[key]
+            ctx = {c.name: row.get(c.name) for c in tables.context_channels}
+        ctx_channels = list(tables.context_channels)
+    sub = None
+    if tables.subday is not None:
+        sd = tables.subday
+        m = (sd["user"] == sample.user) & sd["date"].between(dates[0], dates[-1])
+        keep = ["user", "date", "slot", "slot_index", *[c.name for c in tables.subday_channels
+                                                        if channels is None or c.name in channels or c.name in sd.columns]]
+        sub = sd.loc[m, [c for c in keep if c in sd.columns]].reset_index(drop=True)
+    return Window(
+        sample=sample, target=tables.target, daily=daily, channels=chans, profile=profile,
+        context=ctx, context_channels=ctx_channels, subday=sub,
+        subday_channels=list(tables.subday_channels), subday_unit=tables.subday_unit,
+    )
+
+
+def window_arrays(tables: DatasetTables, samples: list[Sample], channels: list[str] | None = None) -> np.ndarray:
+    """All windows at once as an array (n_samples, lookback, n_channels), NaN = missing. Fast path
+    for baselines and benchmarks; same values as `window_of(...).daily`."""
+    names = channels or [c.name for c in tables.channels]
+    if not samples:
+        return np.zeros((0, 0, len(names)))
+    L = samples[0].lookback
+    out = np.full((len(samples), L, len(names)), np.nan)
+    by_user: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        if s.lookback != L:
+            raise ValueError("window_arrays needs samples of one lookback")
+        by_user.setdefault(s.user, []).append(i)
+    daily = tables.daily.reindex(columns=names)
+    users = set(daily.index.get_level_values(0))
+    for u, ix in by_user.items():
+        if u not in users:
+            continue
+        ud = daily.xs(u, level=0)
+        ws = np.array([np.datetime64(samples[i].window_start, "D") for i in ix])
+        lo = min(ud.index.min().to_datetime64().astype("datetime64[D]"), ws.min())
+        hi = max(ud.index.max().to_datetime64().astype("datetime64[D]"), ws.max() + L)
+        dense = ud.reindex(pd.date_range(str(lo), str(hi), freq="D")).to_numpy(dtype=float)
+        off = (ws - lo).astype(int)
+        out[ix] = dense[off[:, None] + np.arange(L)[None, :]]
+    return out
+
+
+# -------------------------------------------------------------------------------------- splits
+def _as_list(x) -> list[Sample]:
+    return list(x.samples) if isinstance(x, SampleSet) else list(x)
+
+
+def split_target_days(sampleset_or_samples, *, test_frac: float = 0.3, seed: int = 0) -> tuple[list[Sample], list[Sample]]:
+    """Held-out target days: within each user, a seeded random `test_frac` of the days is test, so
+    every user with >= 2 samples is in both parts (the paper's shared target-day split)."""
+    samples = _as_list(sampleset_or_samples)
+    rng = np.random.default_rng(seed)
+    by_user: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        by_user.setdefault(s.user, []).append(i)
+    test_ix: set[int] = set()
+    for u in sorted(by_user):
+        ix = sorted(by_user[u], key=lambda i: samples[i].target_date)
+        n_test = int(round(test_frac * len(ix)))
+        if len(ix) >= 2:
+            n_test = min(max(n_test, 1), len(ix) - 1)
+        else:
+            n_test = 0
+        test_ix.update(rng.choice(ix, size=n_test, replace=False).tolist() if n_test else [])
+    train = [s for i, s in enumerate(samples) if i not in test_ix]
+    test = [s for i, s in enumerate(samples) if i in test_ix]
+    return train, test
+
+
+def split_participants(sampleset_or_samples, *, test_frac: float = 0.3, seed: int = 0) -> tuple[list[Sample], list[Sample]]:
+    """Participant-level split: a seeded random `test_frac` of the users (at least one) is test."""
+    samples = _as_list(sampleset_or_samples)
+    users = sorted({s.user for s in samples})
+    rng = np.random.default_rng(seed)
+    n_test = min(max(int(round(test_frac * len(users))), 1), max(len(users) - 1, 1)) if users else 0
+    test_users = set(rng.choice(users, size=n_test, replace=False).tolist()) if n_test else set()
+    return [s for s in samples if s.user not in test_users], [s for s in samples if s.user in test_users]
+
+
+def sample_from_row(row: dict) -> Sample:
+    """Inverse of `SampleSet.to_frame()` rows (for samples.parquet readers)."""
+    def d(x):
+        return pd.Timestamp(x).date() if not isinstance(x, dt.date) else x
+    return Sample(dataset=row["dataset"], user=str(row["user"]), target_date=d(row["target_date"]),
+                  label=int(row["label"]), lookback=int(row["lookback"]), window_start=d(row["window_start"]),
+                  window_end=d(row["window_end"]), source=row.get("source", "real"))
