@@ -1,0 +1,401 @@
+"""PHIA's code executor: runs LLM-written Python over a user's DataFrames in an isolated child process.
+
+Two observation contracts (the paper's failure analysis hinges on the difference):
+- `faithful` (the original PHIA): every block runs in a fresh process and a fresh scope with the frames
+  re-provided, only printed output is observed, silence observes exactly "Code executed (no output)" (F1) and a
+  name from an earlier block raises NameError (F2);
+- `improved`: one worker per episode keeps state, the last expression is displayed as in a notebook, errors come
+  back as a short traceback of the user's own frames, and the prompt gets a `schema_card`.
+
+Safety comes from Linux, not from inspecting the code: see `sandbox_worker.py` (namespaces, chroot into a private
+tmpfs, rlimits, dedicated uid). The parent adds the wall timeout (kill the worker's process group, restart it)
+and never trusts the child's bytes beyond bounded JSON.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+NO_OUTPUT = "Code executed (no output)"
+WORKER_SCRIPT = Path(__file__).with_name("sandbox_worker.py")
+STATUSES = ("ok", "no_output", "error", "timeout", "killed", "memory", "output_truncated")
+_uid_counter = itertools.count()
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself (not the user's code) failed, e.g. the worker could not start."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    wall_s: float = 10.0  # per block, measured by the parent
+    cpu_s: int = 10  # per block (soft RLIMIT_CPU); the hard limit is cpu_s * 20 per worker
+    mem_mb: int = 1024  # address space on top of what numpy/pandas/frames already use
+    max_output_chars: int = 4000  # observation text bound
+    scratch_mb: int = 64  # private tmpfs size and RLIMIT_FSIZE
+    nproc: int = 16  # RLIMIT_NPROC for the sandbox uid (threads count too)
+    max_rows: int = 40  # rows shown when the last expression is a DataFrame/Series
+    startup_s: float = 60.0  # worker start (imports + frames) timeout, not counted in a block
+
+
+@dataclass
+class Observation:
+    text: str  # what the model observes
+    status: str  # one of STATUSES
+    error_type: str | None = None
+    error_message: str | None = None
+    duration_s: float = 0.0
+    stdout_chars: int = 0
+    notes: list[str] = field(default_factory=list)  # sandbox events (restart, state lost, ...)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _allocate_uid() -> int:
+    """A uid no account uses, distinct per sandbox, so RLIMIT_NPROC and kill(-1) only see this worker."""
+    return 200_000 + (os.getpid() * 97 + next(_uid_counter)) % 700_000
+
+
+class _Worker:
+    """One child process and its two pipes."""
+
+    def __init__(self, cfg: dict):
+        req_r, self.req_w = os.pipe()
+        self.resp_r, resp_w = os.pipe()
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/", "TMPDIR": "/tmp", "PYTHONHASHSEED": "0"}
+        self.log_path = Path(cfg["private"]) / f"worker-{time.monotonic_ns()}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", str(WORKER_SCRIPT), str(req_r), str(resp_w), str(os.getpid())],
+                pass_fds=(req_r, resp_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True, env=env, cwd="/", close_fds=True)
+        os.close(req_r)
+        os.close(resp_w)
+        self.mechanisms: dict | None = None
+        self.started = time.monotonic()
+        self.send(cfg)
+
+    def send(self, obj: dict) -> None:
+        data = json.dumps(obj).encode()
+        os.write(self.req_w, struct.pack(">I", len(data)))
+        view = memoryview(data)
+        while view:
+            n = os.write(self.req_w, view)
+            view = view[n:]
+
+    def recv(self, deadline: float, max_bytes: int) -> dict | None:
+        """A message, or None on timeout. Raises EOFError if the child closed the pipe (it died)."""
+        head = self._read(4, deadline)
+        if head is None:
+            return None
+        (n,) = struct.unpack(">I", head)
+        if n > max_bytes:
+            raise ValueError(f"worker message of {n} bytes exceeds {max_bytes}")
+        body = self._read(n, deadline)
+        if body is None:
+            return None
+        obj = json.loads(body.decode("utf-8"))
+        if not isinstance(obj, dict):
+            raise ValueError("worker message is not an object")
+        return obj
+
+    def _read(self, n: int, deadline: float) -> bytes | None:
+        buf = b""
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.resp_r], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self.resp_r, n - len(buf))
+            if not chunk:
+                raise EOFError("worker exited")
+            buf += chunk
+        return buf
+
+    def wait_ready(self, timeout: float) -> dict:
+        try:
+            msg = self.recv(time.monotonic() + timeout, 1 << 20)
+        except (EOFError, ValueError) as e:
+            raise SandboxError(f"sandbox worker failed to start: {e}; log: {self._log_tail()}") from e
+        if msg is None:
+            self.kill()
+            raise SandboxError(f"sandbox worker not ready after {timeout:.0f}s; log: {self._log_tail()}")
+        if not msg.get("ready"):
+            self.kill()
+            raise SandboxError(f"sandbox worker setup failed: {msg.get('error')}\n{msg.get('traceback', '')}")
+        self.mechanisms = msg["mechanisms"]
+        return self.mechanisms
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the pid namespace dies with its pid 1)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for fd in (self.req_w, self.resp_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.req_w = self.resp_r = -1
+        try:
+            self.log_path.unlink()
+        except OSError:
+            pass
+
+
+class Sandbox:
+    """Context manager; `run(code)` returns an Observation and never raises for anything the code does."""
+
+    def __init__(self, frames: dict[str, pd.DataFrame], mode: str = "faithful",
+                 limits: SandboxLimits | None = None, isolate: bool = True):
+        if mode not in ("faithful", "improved"):
+            raise ValueError(f"mode must be 'faithful' or 'improved', got {mode!r}")
+        for name, df in frames.items():
+            if not name.isidentifier() or name in ("pd", "np"):
+                raise ValueError(f"frame name {name!r} must be a Python identifier other than pd/np")
+            if not isinstance(df, pd.DataFrame):
+                raise TypeError(f"frame {name!r} must be a pandas DataFrame, got {type(df).__name__}")
+        self.mode = mode
+        self.limits = limits or SandboxLimits()
+        self.private = Path(tempfile.mkdtemp(prefix="balms-sbx-priv-"))
+        os.chmod(self.private, 0o700)
+        self.scratch = Path(tempfile.mkdtemp(prefix="balms-sbx-scratch-"))
+        self.uid = _allocate_uid()
+        root = os.geteuid() == 0
+        if root:
+            os.chown(self.scratch, self.uid, self.uid)
+        else:
+            warnings.warn("balms sandbox: not running as root; chroot and the uid drop are unavailable, "
+                          "see Sandbox.mechanisms['warnings']", RuntimeWarning, stacklevel=2)
+        os.chmod(self.scratch, 0o700)
+        frames_path = self.private / "frames.pkl"
+        pd.to_pickle(dict(frames), frames_path)
+        lim = self.limits
+        self._cfg = {"mode": mode, "scratch": str(self.scratch), "private": str(self.private), "uid": self.uid,
+                     "frames_path": str(frames_path), "mem_mb": lim.mem_mb, "cpu_s": lim.cpu_s,
+                     "scratch_mb": lim.scratch_mb, "nproc": lim.nproc, "max_output_chars": lim.max_output_chars,
+                     "max_rows": lim.max_rows, "isolate": isolate}
+        self._worker: _Worker | None = None
+        self._block = 0
+        self.restarts = 0
+        self.mechanisms: dict = {}
+        self.closed = False
+        self._spawn()  # faithful: this is the first block's fresh process, started ahead of time
+
+    # ------------------------------------------------------------------ lifecycle
+    def _spawn(self) -> None:
+        self._worker = _Worker(self._cfg)
+
+    def _ready_worker(self) -> _Worker:
+        if self._worker is None:
+            self._spawn()
+        w = self._worker
+        if w.mechanisms is None:
+            self.mechanisms = w.wait_ready(self.limits.startup_s)
+        return w
+
+    def _discard_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._discard_worker()
+        shutil.rmtree(self.private, ignore_errors=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    # ------------------------------------------------------------------ running
+    def run(self, code: str) -> Observation:
+        if self.closed:
+            raise SandboxError("sandbox is closed")
+        if not isinstance(code, str):
+            raise TypeError("code must be a str")
+        self._block += 1
+        w = self._ready_worker()
+        t0 = time.monotonic()
+        lim = self.limits
+        resp, failure = None, None
+        try:
+            w.send({"op": "run", "code": code, "block": self._block})
+            resp = w.recv(t0 + lim.wall_s, max_bytes=8 * lim.max_output_chars + (1 << 16))
+            if resp is None:
+                failure = "timeout"
+        except (EOFError, BrokenPipeError, OSError):
+            failure = "killed"
+        except (ValueError, UnicodeDecodeError):
+            failure = "protocol"
+        duration = time.monotonic() - t0
+        if failure is not None:
+            exit_code = w.proc.poll()
+            self._discard_worker()
+            self.restarts += 1
+            obs = self._failure_observation(failure, exit_code, duration)
+        else:
+            obs = self._observation(resp, duration)
+            leftover = int(resp.get("threads", 1) or 1) > 1
+            if self.mode == "faithful" or leftover:
+                self._discard_worker()
+                if leftover and self.mode == "improved":
+                    self.restarts += 1
+                    obs.notes.append(f"{resp['threads'] - 1} background thread(s) were left running; "
+                                     "the worker was restarted and variables were reset")
+                    obs.text = self._truncate(obs.text + "\n[sandbox: background threads left running; "
+                                              "worker restarted, variables were reset]")
+        if self._worker is None:
+            self._spawn()  # fresh process for the next block, started while the model thinks
+        return obs
+
+    def _truncate(self, text: str) -> str:
+        n = self.limits.max_output_chars
+        if len(text) <= n:
+            return text
+        return text[:n] + f"\n... [output truncated: {len(text) - n} more characters]"
+
+    def _failure_observation(self, failure: str, exit_code: int | None, duration: float) -> Observation:
+        state = " Variables from earlier blocks were lost." if self.mode == "improved" else ""
+        if failure == "timeout":
+            text = f"TimeoutError: the code block did not finish within {self.limits.wall_s:g} s and was stopped.{state}"
+            return Observation(text, "timeout", "TimeoutError", text, duration, 0, ["worker killed and restarted"])
+        if failure == "protocol":
+            text = f"SandboxError: the code corrupted the executor's channel; the executor was restarted.{state}"
+            return Observation(text, "killed", "SandboxError", text, duration, 0, ["protocol violation"])
+        how = f" (exit code {exit_code})" if exit_code is not None else ""
+        text = (f"ProcessKilled: the code block terminated the Python process{how} "
+                f"(e.g. os._exit, a fatal signal, a CPU or memory limit); the executor was restarted.{state}")
+        return Observation(text, "killed", "ProcessKilled", text, duration, 0, ["worker died and was restarted"])
+
+    def _observation(self, r: dict, duration: float) -> Observation:
+        lim = self.limits
+        stdout = str(r.get("stdout") or "")
+        chars = int(r.get("stdout_chars") or 0)
+        etype = r.get("error_type")
+        emsg = r.get("error_message")
+        trunc_note = ""
+        if chars > len(stdout):
+            trunc_note = f"\n... [output truncated: {chars - len(stdout)} more characters]"
+        if etype:
+            status = "memory" if r.get("is_memory") else "error"
+            err = str(r.get("traceback") or f"{etype}: {emsg}")
+            text = (stdout + trunc_note).rstrip("\n")
+            text = (text + "\n" + err) if text else err
+            return Observation(self._truncate(text), status, str(etype), emsg, duration, chars)
+        display = r.get("display")
+        if self.mode == "faithful":
+            if not stdout:
+                return Observation(NO_OUTPUT, "no_output", None, None, duration, chars)
+            text = stdout + trunc_note
+        else:
+            parts = [p for p in (stdout.rstrip("\n") + trunc_note if stdout else "", display) if p]
+            if not parts:
+                names = r.get("defined") or []
+                hint = f" Defined or changed: {', '.join(names)}." if names else ""
+                return Observation(f"{NO_OUTPUT}.{hint} End a block with an expression or print() to see values.",
+                                   "no_output", None, None, duration, chars)
+            text = "\n".join(parts)
+        status = "output_truncated" if (trunc_note or len(text) > lim.max_output_chars) else "ok"
+        return Observation(self._truncate(text), status, None, None, duration, chars)
+
+
+# ---------------------------------------------------------------------- schema card (improved prompt)
+def _datetime_column(df: pd.DataFrame) -> pd.Series | None:
+    if isinstance(df.index, pd.DatetimeIndex):
+        return df.index.to_series()
+    for c in df.columns:
+        if pd.api.types.is_datetime64_any_dtype(df[c]):
+            return df[c]
+    for c in df.columns:
+        if str(c).lower() in ("date", "day", "datetime", "timestamp", "time", "start", "start_time"):
+            parsed = pd.to_datetime(df[c], errors="coerce")
+            if parsed.notna().mean() > 0.9:
+                return parsed
+    return None
+
+
+def _fmt(x: float) -> str:
+    return "nan" if pd.isna(x) else f"{x:.4g}"
+
+
+def schema_card(frames: dict[str, pd.DataFrame], target_desc: str | None = None,
+                units: dict[str, str] | None = None, max_columns: int = 40) -> str:
+    """What the improved prompt tells the model about its data: per frame the columns, dtypes, units,
+    granularity (daily vs sub-day rows per day) and the user's own baseline statistics, so thresholds can be
+    derived from this user (F4) and sub-day rows are not mistaken for days (F5)."""
+    units = units or {}
+    lines: list[str] = []
+    if target_desc:
+        lines.append(f"Target: {target_desc}")
+    for name, df in frames.items():
+        lines.append(f"DataFrame `{name}`: {len(df)} rows x {df.shape[1]} columns")
+        ts = _datetime_column(df)
+        if ts is not None and ts.notna().any():
+            days = ts.dt.normalize()
+            n_days = int(days.nunique())
+            per_day = len(ts.dropna()) / max(n_days, 1)
+            gran = ("daily (one row per day)" if per_day <= 1.0001 else
+                    f"sub-day (about {per_day:.1f} rows per day; aggregate per day before comparing days)")
+            lines.append(f"  time span: {ts.min()} to {ts.max()} ({n_days} distinct days); granularity: {gran}")
+        else:
+            lines.append("  granularity: unknown (no date/time column)")
+        lines.append("  columns (dtype, unit, missing; user's baseline mean / median / std / min / max):")
+        for col in list(df.columns)[:max_columns]:
+            s = df[col]
+            unit = units.get(f"{name}.{col}", units.get(str(col)))
+            miss = f"{s.isna().mean() * 100:.0f}% missing"
+            desc = f"    - {col} ({s.dtype}" + (f", {unit}" if unit else "") + f", {miss})"
+            if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s) and s.notna().any():
+                v = s.astype(float)
+                desc += (f": mean {_fmt(v.mean())}, median {_fmt(v.median())}, std {_fmt(v.std())}, "
+                         f"min {_fmt(v.min())}, max {_fmt(v.max())}")
+            lines.append(desc)
+        if df.shape[1] > max_columns:
+            lines.append(f"    ... {df.shape[1] - max_columns} more columns (see `{name}.columns`)")
+    return "\n".join(lines)
