@@ -1,0 +1,140 @@
+"""What every agent shares: option handling, channel selection, the window, model calls that are
+logged into the transcript, and assembly of a complete PredictionRecord.
+
+One `Episode` per (sample, agent): it times the whole prediction, counts model calls and tokens, and
+keeps every prompt, completion, retrieval, code block and observation as `Step`s, so that records
+(never agent internals) feed metrics, the judge and the failure taxonomy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from balms.agents.parsing import ParsedAnswer, parse_answer
+from balms.data.schema import Channel, DatasetTables, Sample, Window
+from balms.models.base import Backend, Completion, GenParams, Message
+from balms.records import PredictionRecord, Step
+
+DEVICES = ("wearable", "phone", "self_report")
+
+
+def resolve_channels(tables: DatasetTables, channels) -> list[Channel] | None:
+    """Channel selection option -> Channel objects (None = the window's default set).
+
+    `channels` may be None/"all", a device name ("wearable" for the GLOBEM Fitbit-only ablation,
+    "phone"), or a list of channel names (unknown names are an error naming the dataset).
+    """
+    if channels is None or channels == "all":
+        return None
+    if isinstance(channels, str):
+        if channels in DEVICES:
+            picked = [c for c in tables.channels if c.device == channels]
+            if not picked:
+                raise ValueError(f"{tables.name}: no channel with device {channels!r}")
+            return picked
+        channels = [channels]
+    return [tables.channel(n) for n in channels]
+
+
+def channels_option(channels) -> Any:
+    """The JSON-able form of the channel option, for PredictionRecord.options."""
+    if channels is None or isinstance(channels, str):
+        return channels or "all"
+    return list(channels)
+
+
+def get_window(tables: DatasetTables, sample: Sample, *, context: bool,
+               channels: list[Channel] | None) -> Window:
+    """The look-back window (never a label, nothing after window_end), via the data layer."""
+    from balms.data.samples import window_of
+
+    names = None if channels is None else [c.name for c in channels]
+    return window_of(tables, sample, context=context, channels=names)
+
+
+def model_name(backend: Backend) -> str:
+    return str(getattr(backend, "name", None) or backend.model_id)
+
+
+def per_sample_seed(sample: Sample, seed: int) -> int:
+    from balms.models.seeds import sample_seed
+
+    return sample_seed(sample.sample_id, seed)
+
+
+@dataclass
+class Episode:
+    """Transcript, token and time accounting for one prediction."""
+
+    backend: Backend
+    transcript: list[Step] = field(default_factory=list)
+    n_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    t0: float = field(default_factory=time.perf_counter)
+    model_id: str = ""
+
+    def log(self, kind: str, content: str = "", **meta) -> Step:
+        step = Step(kind=kind, content=content, meta=meta)
+        self.transcript.append(step)
+        return step
+
+    def call(self, messages: Sequence[Message], params: GenParams, *, kind: str = "completion",
+             log_prompt: bool = True, **meta) -> Completion:
+        """One model call; the last user message is logged as a prompt step, the reply as `kind`."""
+        if log_prompt:
+            last_user = next((m.content for m in reversed(messages) if m.role == "user"), "")
+            self.log("prompt", last_user, n_messages=len(messages))
+        comp = self.backend.generate(list(messages), params)
+        self.n_calls += 1
+        self.prompt_tokens += int(comp.prompt_tokens or 0)
+        self.completion_tokens += int(comp.completion_tokens or 0) + int(comp.reasoning_tokens or 0)
+        self.model_id = comp.model_id or self.model_id
+        step_meta = dict(prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
+                         finish_reason=comp.finish_reason, latency_s=round(comp.latency_s, 4),
+                         cached=comp.cached, **meta)
+        if comp.reasoning:
+            step_meta["reasoning"] = comp.reasoning
+            step_meta["reasoning_tokens"] = comp.reasoning_tokens
+        self.log(kind, comp.text, **step_meta)
+        return comp
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+def build_record(*, system: str, cot: bool, sample: Sample, tables: DatasetTables, backend: Backend,
+                 episode: Episode, options: dict, raw_answer: str, parsed: ParsedAnswer | None,
+                 rationale: str | None = None, error: str | None = None) -> PredictionRecord:
+    """A complete record: label, prediction or parse_error, raw text, rationale, transcript, usage."""
+    return PredictionRecord(
+        sample_id=sample.sample_id,
+        dataset=sample.dataset,
+        user=sample.user,
+        target_date=sample.target_date.isoformat(),
+        lookback=sample.lookback,
+        label=int(sample.label),
+        source=sample.source,
+        system=system,
+        cot=cot,
+        model=model_name(backend),
+        model_id=episode.model_id or backend.model_id,
+        options=options,
+        prediction=parsed.value if parsed else None,
+        parse_error=(parsed.error if parsed else "no answer produced"),
+        raw_answer=raw_answer,
+        rationale=rationale if rationale is not None else (parsed.rationale if parsed else ""),
+        transcript=episode.transcript,
+        n_steps=episode.n_calls,
+        prompt_tokens=episode.prompt_tokens,
+        completion_tokens=episode.completion_tokens,
+        latency_s=round(episode.elapsed, 4),
+        error=error,
+    )
+
+
+def parse_for(tables: DatasetTables, text: str) -> ParsedAnswer:
+    return parse_answer(text, tables.target.scale_min, tables.target.scale_max)

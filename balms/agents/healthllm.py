@@ -1,0 +1,85 @@
+"""Health-LLM: one prompt (task, profile, per-day arrays per channel, same-day context, question,
+answer format), one model call, one parsed integer. The zero-shot variant asks for the answer line
+only (small token budget); the CoT variant asks for step-by-step reasoning citing channels, values
+and days before the answer, and that reasoning is the T2 rationale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from balms.agents import prompts
+from balms.agents.common import (Episode, build_record, channels_option, get_window, parse_for,
+                                 per_sample_seed, resolve_channels)
+from balms.data.schema import DatasetTables, Sample, Window
+from balms.models.base import Backend, GenParams
+from balms.records import PredictionRecord
+
+
+@dataclass
+class PromptAgentBase:
+    """Options shared by the prompt-based agents (Health-LLM, RAG, RAPTOR)."""
+
+    cot: bool = False
+    channels: object = None  # None/"all", a device ("wearable"), or a list of channel names
+    context: bool = True  # same-day self-report (e.g. PMData mood) in the prompt
+    max_tokens: int | None = None  # default: prompts.ZERO_SHOT_MAX_TOKENS or COT_MAX_TOKENS
+    temperature: float = 0.0
+    seed: int = 0
+    system_prompt: str = field(default=prompts.SYSTEM_PROMPT, init=False)
+    name: str = field(default="", init=False)
+
+    @property
+    def answer_max_tokens(self) -> int:
+        if self.max_tokens is not None:
+            return int(self.max_tokens)
+        return prompts.COT_MAX_TOKENS if self.cot else prompts.ZERO_SHOT_MAX_TOKENS
+
+    def base_options(self) -> dict:
+        return {
+            "channels": channels_option(self.channels),
+            "context": bool(self.context),
+            "max_tokens": self.answer_max_tokens,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "prompt_version": prompts.PROMPT_VERSION,
+        }
+
+    def params(self, sample: Sample, max_tokens: int, stop: tuple[str, ...] = ()) -> GenParams:
+        return GenParams(temperature=self.temperature, max_tokens=max_tokens, stop=stop,
+                         seed=per_sample_seed(sample, self.seed))
+
+    def window(self, sample: Sample, tables: DatasetTables) -> tuple[Window, list | None]:
+        chans = resolve_channels(tables, self.channels)
+        return get_window(tables, sample, context=self.context, channels=chans), chans
+
+    def answer(self, sample: Sample, tables: DatasetTables, backend: Backend, episode: Episode,
+               user_prompt: str, options: dict) -> PredictionRecord:
+        """The final answering call shared by the prompt-based agents."""
+        comp = episode.call(prompts.messages(self.system_prompt, user_prompt),
+                            self.params(sample, self.answer_max_tokens))
+        parsed = parse_for(tables, comp.text)
+        return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
+                            backend=backend, episode=episode, options=options,
+                            raw_answer=comp.text, parsed=parsed)
+
+
+@dataclass
+class HealthLLMAgent(PromptAgentBase):
+    def __post_init__(self):
+        self.name = "healthllm"
+
+    def options(self) -> dict:
+        return self.base_options()
+
+    def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
+        episode = Episode(backend)
+        window, chans = self.window(sample, tables)
+        user = prompts.healthllm_prompt(window, cot=self.cot, context=self.context, channels=chans)
+        return self.answer(sample, tables, backend, episode, user, self.options())
+
+    def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
+        """The messages of the (only) model call, without calling a model (token benchmarks)."""
+        window, chans = self.window(sample, tables)
+        user = prompts.healthllm_prompt(window, cot=self.cot, context=self.context, channels=chans)
+        return prompts.messages(self.system_prompt, user)

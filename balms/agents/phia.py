@@ -1,0 +1,199 @@
+"""PHIA: a ReAct loop in which the model analyses the user's record by writing Python.
+
+Loop (at most `max_iters` model calls, then one forced-finish call):
+  model writes [Thought] + [Act] ```python ...``` -> the sandbox runs the block -> "[Observe] <output>"
+  is sent back; a reply with no code block but a valid "Answer: N" finishes the episode; a reply with
+  neither gets a short nudge (it still costs an iteration). Stop sequences end generation at
+  "[Observe]" so the model cannot invent its own observations, and anything written after the first
+  code block is cut before it enters the conversation.
+
+Data: the user's full record up to `window_end` (the day before the target day) as DataFrames:
+`daily` (one row per day, the selected channels, a `date` column) and, when the dataset has them,
+`subday` (one row per slot). Never any label or self-report column, never a date after window_end.
+
+Executors (sandbox.py, by helper D): "faithful" reproduces the original (fresh scope per block, only
+printed output, "Code executed (no output)"); "improved" keeps state in one worker per episode, shows
+the last expression's value, returns short tracebacks, and adds a schema card to the prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from balms.agents import prompts
+from balms.agents.common import (Episode, build_record, channels_option, get_window, parse_for,
+                                 per_sample_seed, resolve_channels)
+from balms.data.schema import Channel, DatasetTables, Sample, Window
+from balms.models.base import Backend, BackendError, GenParams, Message
+from balms.records import PredictionRecord
+
+EXECUTORS = ("faithful", "improved")
+_CODE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(?P<code>.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def extract_code(text: str) -> tuple[str | None, str]:
+    """The first fenced code block (an unterminated block runs to the end of the text), and the reply
+    cut right after that block (what the conversation keeps)."""
+    m = _CODE.search(text)
+    if not m:
+        return None, text
+    code = m.group("code").strip("\n")
+    if not code.strip():
+        return None, text
+    kept = text[: m.end()]
+    if not kept.rstrip().endswith("```"):
+        kept = kept.rstrip("\n") + "\n```"
+    return code, kept
+
+
+def select_subday_channels(tables: DatasetTables, chans: list[Channel] | None) -> list[Channel]:
+    """Sub-day channels matching the daily selection: same names if any, else same devices."""
+    if chans is None:
+        return list(tables.subday_channels)
+    names = {c.name for c in chans}
+    by_name = [c for c in tables.subday_channels if c.name in names]
+    if by_name:
+        return by_name
+    devices = {c.device for c in chans}
+    return [c for c in tables.subday_channels if c.device in devices]
+
+
+def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:
+    """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
+    s = window.sample
+    end = pd.Timestamp(s.window_end)
+    daily = tables.daily.xs(s.user, level="user").copy()
+    daily.index = pd.DatetimeIndex(daily.index).normalize()
+    daily = daily[daily.index <= end].sort_index()
+    cols = [c.name for c in window.channels if c.name in daily.columns]
+    daily = daily[cols]
+    daily.index.name = "date"
+    frames = {"daily": daily.reset_index()}
+    sd = tables.subday
+    if sd is not None and len(sd):
+        sd = sd[sd["user"] == s.user].copy()
+        sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
+        sd = sd[sd["date"] <= end]
+        sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]
+        if len(sd) and sub_cols:
+            frames["subday"] = sd[["date", "slot", "slot_index", *sub_cols]].sort_values(
+                ["date", "slot_index"]).reset_index(drop=True)
+    return frames
+
+
+@dataclass
+class PhiaAgent:
+    cot: bool = False
+    channels: object = None
+    context: bool = True
+    executor: str = "faithful"
+    max_iters: int = 10
+    max_tokens: int | None = None  # per step; default prompts.PHIA_STEP_MAX_TOKENS
+    temperature: float = 0.0
+    seed: int = 0
+    limits: object = None  # sandbox.SandboxLimits; None = the sandbox's defaults
+    name: str = field(default="phia", init=False)
+
+    def __post_init__(self):
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        if int(self.max_iters) < 1:
+            raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
+
+    @property
+    def step_max_tokens(self) -> int:
+        return int(self.max_tokens) if self.max_tokens is not None else prompts.PHIA_STEP_MAX_TOKENS
+
+    def options(self) -> dict:
+        opts = {"channels": channels_option(self.channels), "context": bool(self.context),
+                "executor": self.executor, "max_iters": int(self.max_iters),
+                "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
+                "prompt_version": prompts.PROMPT_VERSION}
+        if self.limits is not None:
+            lim = self.limits
+            opts["limits"] = lim.__dict__ if hasattr(lim, "__dict__") else str(lim)
+        return opts
+
+    def _setup(self, sample: Sample, tables: DatasetTables):
+        chans = resolve_channels(tables, self.channels)
+        window = get_window(tables, sample, context=self.context, channels=chans)
+        frames = user_frames(tables, window, chans)
+        schema = None
+        if self.executor == "improved":
+            from balms.agents.sandbox import schema_card
+
+            schema = schema_card(frames, channels=[*window.channels, *tables.subday_channels],
+                                 subday_unit=tables.subday_unit, window_start=sample.window_start,
+                                 window_end=sample.window_end)
+        t = tables.target
+        system = prompts.phia_system_prompt(t.scale_min, t.scale_max)
+        user = prompts.phia_user_prompt(window, frames, executor=self.executor, context=self.context,
+                                        schema=schema, cot=self.cot)
+        return window, frames, [Message("system", system), Message("user", user)]
+
+    def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
+        """The messages of the first model call (token benchmarks; no model, no sandbox)."""
+        return self._setup(sample, tables)[2]
+
+    def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
+        from balms.agents.sandbox import Sandbox
+
+        episode = Episode(backend)
+        _, frames, msgs = self._setup(sample, tables)
+        t = tables.target
+        params = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
+                           stop=prompts.PHIA_STOP, seed=per_sample_seed(sample, self.seed))
+        final_text, parsed, error = "", None, None
+        kwargs = {"mode": self.executor}
+        if self.limits is not None:
+            kwargs["limits"] = self.limits
+        try:
+            with Sandbox(frames, **kwargs) as box:
+                for it in range(int(self.max_iters)):
+                    comp = episode.call(msgs, params, iteration=it, log_prompt=(it == 0))
+                    code, kept = extract_code(comp.text)
+                    if code is None:
+                        p = parse_for(tables, comp.text)
+                        msgs.append(Message("assistant", comp.text))
+                        if p.value is not None:
+                            final_text, parsed = comp.text, p
+                            break
+                        nudge = prompts.phia_nudge(t.scale_min, t.scale_max)
+                        episode.log("observation", nudge, status="no_action", error_type=p.error)
+                        msgs.append(Message("user", nudge))
+                        continue
+                    episode.log("code", code, iteration=it)
+                    obs = box.run(code)
+                    episode.log("observation", obs.text, status=obs.status,
+                                error_type=getattr(obs, "error_type", None),
+                                **_obs_meta(obs))
+                    msgs.append(Message("assistant", kept))
+                    msgs.append(Message("user", prompts.phia_observation(obs.text)))
+        except BackendError:
+            raise
+        except Exception as e:  # sandbox infrastructure failure: keep the transcript, flag the record
+            error = f"sandbox failure: {type(e).__name__}: {e}"
+        if parsed is None and error is None:
+            msgs.append(Message("user", prompts.phia_force_finish(t.scale_min, t.scale_max)))
+            fparams = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
+                                seed=params.seed)
+            comp = episode.call(msgs, fparams, kind="forced_finish", log_prompt=True)
+            final_text, parsed = comp.text, parse_for(tables, comp.text)
+        rationale = re.sub(r"^\s*\[Finish\]\s*", "", parsed.rationale) if parsed else ""
+        return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
+                            backend=backend, episode=episode, options=self.options(),
+                            raw_answer=final_text, parsed=parsed, rationale=rationale, error=error)
+
+
+def _obs_meta(obs) -> dict:
+    """Extra observation fields the sandbox reports (timings, truncation...), JSON-able only."""
+    out = {}
+    for k in ("duration_s", "truncated", "exit_code", "wall_s", "cpu_s", "fresh_process"):
+        v = getattr(obs, k, None)
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            if v is not None:
+                out[k] = v
+    return out

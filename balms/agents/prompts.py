@@ -1,0 +1,203 @@
+"""Every prompt the four agents send, in our words, following METHOD.md.
+
+All numbers come from `balms.data.render` (the canonical window text), so the judge and the grounding
+checker see exactly what the agent saw. The system message is always set explicitly: embedded chat
+templates otherwise inject their own default ("You are Qwen, ..."), and prompts must be identical on
+every backend.
+
+Scale note: the paper's Health-LLM example says stress "ranges from 0 to 5" while PMData stress is
+1-5. We state the dataset's real scale (Target.scale_min..scale_max) and do not copy the inconsistency.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from balms.data import render
+from balms.data.schema import Channel, Target, Window
+from balms.models.base import Message
+
+SYSTEM_PROMPT = (
+    "You are a careful analyst of personal sensing data. You estimate a person's self-reported "
+    "well-being from their wearable and phone data, and you always finish with a final line of the "
+    "form 'Answer: <int>' holding one integer on the requested scale."
+)
+
+# Bump when any prompt text changes (recorded in PredictionRecord.options).
+PROMPT_VERSION = "v1"
+
+# Decoding budgets (parameters, recorded in PredictionRecord.options by the agents).
+ZERO_SHOT_MAX_TOKENS = 24
+COT_MAX_TOKENS = 384
+SUMMARY_MAX_TOKENS = 96
+PHIA_STEP_MAX_TOKENS = 320
+
+
+def scale_phrase(target: Target) -> str:
+    desc = f" ({target.description})" if target.description else ""
+    return f"an integer from {target.scale_min} to {target.scale_max}{desc}"
+
+
+def task_line(window: Window) -> str:
+    s, t = window.sample, window.target
+    day = pd.Timestamp(s.target_date)
+    return (
+        f"Task: estimate the {t.label} this person self-reported on the target day "
+        f"{day.date().isoformat()} ({day.day_name()}), on the scale {scale_phrase(t)}."
+    )
+
+
+def question_line(window: Window) -> str:
+    t = window.target
+    return (
+        f"Question: what {t.label} did this person report on the target day? "
+        f"Give {scale_phrase(t)}."
+    )
+
+
+def answer_format(target: Target, cot: bool) -> str:
+    if cot:
+        return (
+            "Think step by step before answering. Cite the channels, values and days you use "
+            "(for example 'sleep on day 12 was 310 minutes, below the earlier days'), compare recent "
+            "days with earlier ones, and say how each observation moves your estimate. Then end with "
+            f"a final line 'Answer: <int>' where <int> is an integer from {target.scale_min} to "
+            f"{target.scale_max}."
+        )
+    return (
+        f"Reply with one line only, 'Answer: <int>', where <int> is an integer from "
+        f"{target.scale_min} to {target.scale_max}. Do not explain."
+    )
+
+
+def _context_block(window: Window, context: bool) -> list[str]:
+    if not context:
+        return []
+    text = render.render_context(window)
+    return [text] if text else []
+
+
+def healthllm_prompt(window: Window, *, cot: bool, context: bool = True,
+                     channels: list[Channel] | None = None) -> str:
+    """Health-LLM user prompt: task, profile, one per-day array per channel, context, question, format."""
+    parts = [
+        task_line(window),
+        render.render_profile(window.profile),
+        render.render_window(window, channels),
+        *_context_block(window, context),
+        question_line(window),
+        answer_format(window.target, cot),
+    ]
+    return "\n".join(parts)
+
+
+def memory_prompt(window: Window, memories: list[str], *, cot: bool, context: bool = True,
+                  channels: list[Channel] | None = None, memory_kind: str = "days") -> str:
+    """RAG / RAPTOR user prompt: the retrieved memories, then the query window, context and question."""
+    mem = "\n".join(f"[{i + 1}] {m}" for i, m in enumerate(memories)) or "(no earlier records)"
+    parts = [
+        task_line(window),
+        render.render_profile(window.profile),
+        f"Retrieved from this person's earlier records (the {len(memories)} {memory_kind} most similar "
+        f"to the most recent day; they may overlap the window below):",
+        mem,
+        "Query window:",
+        render.render_window(window, channels),
+        *_context_block(window, context),
+        question_line(window),
+        answer_format(window.target, cot),
+    ]
+    return "\n".join(parts)
+
+
+def summary_prompt(day: str, leaves: list[str], subday_unit: str) -> str:
+    """RAPTOR internal node: summarise one day's leaves (cached per user, day, model)."""
+    unit = subday_unit or "record"
+    body = "\n".join(f"- {leaf}" for leaf in leaves)
+    return (
+        f"Below are the sensing records of one person for {day}, one per {unit}.\n{body}\n"
+        "Summarise this day in at most three sentences: overall activity, sleep and heart rate, "
+        "and anything unusual (peaks, gaps, missing data). Keep the key numbers with their units. "
+        "Do not guess the person's mood or stress."
+    )
+
+
+SUMMARY_SYSTEM_PROMPT = (
+    "You summarise a person's daily sensing records faithfully and briefly. You never invent numbers."
+)
+
+
+# ---------------------------------------------------------------- PHIA (ReAct)
+
+PHIA_STOP = ("[Observe]", "[Observation]", "Observation:", "[Observe:")
+
+
+def phia_system_prompt(scale_min: int, scale_max: int) -> str:
+    return (
+        "You are a careful analyst of personal sensing data who answers by writing Python. "
+        "You work in steps. Each step has this form:\n"
+        "[Thought] what you want to find out next\n"
+        "[Act]\n```python\n# code that PRINTS what you need\n```\n"
+        "Then STOP and wait: the system runs your code and replies with '[Observe]' and the output. "
+        "Never write the [Observe] part yourself.\n"
+        "When you know enough, finish instead with:\n"
+        "[Finish] your reasoning, citing the values and days you computed\n"
+        f"Answer: <int>   (one integer from {scale_min} to {scale_max})"
+    )
+
+
+def phia_frames_description(frames: dict[str, pd.DataFrame], subday_unit: str,
+                            executor: str) -> str:
+    lines = ["Preloaded pandas DataFrames (pandas is `pd`, numpy is `np`):"]
+    for name, df in frames.items():
+        cols = ", ".join(map(str, df.columns))
+        grain = "one row per day" if name == "daily" else f"one row per {subday_unit or 'sub-day slot'}"
+        lines.append(f"- `{name}`: {grain}, {len(df)} rows, columns: {cols}")
+    if executor == "faithful":
+        lines.append("Each code block runs in a fresh Python scope: variables do not persist between "
+                     "blocks, and only what you print is shown.")
+    else:
+        lines.append("Variables persist between blocks, and the value of a block's last expression is "
+                     "shown as in a notebook.")
+    return "\n".join(lines)
+
+
+def phia_user_prompt(window: Window, frames: dict[str, pd.DataFrame], *, executor: str,
+                     context: bool, schema: str | None, cot: bool) -> str:
+    s = window.sample
+    parts = [
+        task_line(window),
+        render.render_profile(window.profile),
+        f"The DataFrames hold this person's full record up to {s.window_end.isoformat()}, the day "
+        f"before the target day; the most recent {s.lookback} days ({s.window_start.isoformat()} to "
+        f"{s.window_end.isoformat()}) are the look-back window of interest.",
+        phia_frames_description(frames, window.subday_unit, executor),
+    ]
+    if schema:
+        parts.append(schema)
+    parts += [*_context_block(window, context), question_line(window)]
+    if cot:
+        parts.append("Reason step by step in your [Thought]s and your [Finish], citing the values you "
+                     "computed and the days they come from.")
+    parts.append("Begin with your first [Thought].")
+    return "\n".join(parts)
+
+
+def phia_observation(text: str) -> str:
+    return f"[Observe]\n{text}"
+
+
+def phia_nudge(scale_min: int, scale_max: int) -> str:
+    return ("Your reply had neither a ```python code block to run nor a valid final line. Either write "
+            "[Act] with one ```python block, or finish with [Finish] and "
+            f"'Answer: <int>' (an integer from {scale_min} to {scale_max}).")
+
+
+def phia_force_finish(scale_min: int, scale_max: int) -> str:
+    return ("You have used all your steps. Do not write more code. Give your final estimate now: one "
+            "or two sentences of reasoning based only on what you observed, then a final line "
+            f"'Answer: <int>' with an integer from {scale_min} to {scale_max}.")
+
+
+def messages(system: str, user: str) -> list[Message]:
+    return [Message("system", system), Message("user", user)]

@@ -1,0 +1,209 @@
+"""RAPTOR, adapted to two levels: sub-day leaves and one LLM-written summary node per day.
+
+- Leaves: the user's sub-day records up to the window end (GLOBEM time-of-day segments, PMData
+  half-hour slots where minute data exists, DiversityOne thirty-minute slots), one text per row with
+  the canonical number format. A sub-day row whose channels are all missing is not a leaf (counted in
+  the retrieval step's meta as `empty_subday_rows`). A day with no sub-day rows gets its daily row as
+  its single leaf, marked "(no sub-day records; daily values used as the leaf)".
+- Day node: an LLM summary of the day's leaves, generated once per (dataset, user, day, model id,
+  leaves text) and cached in `cache_dir()/raptor_summaries.sqlite`; the call itself goes through the
+  backend (which has its own response cache). Summary decoding uses a fixed seed (not the per-sample
+  seed) so the same day gets the same summary for every sample that retrieves it.
+- Retrieval on the collapsed tree: leaves and summaries are embedded together and compete; top-k (3)
+  by cosine similarity to the query day (the window's most recent day, rendered by render_day; that
+  day's own nodes are excluded, as in RAG). Prompt = retrieved nodes + query window + question.
+- Memory scope as in RAG: "history" (all days up to window_end, default) or "lookback".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from balms import paths
+from balms.agents import prompts
+from balms.agents.common import Episode
+from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
+from balms.agents.healthllm import PromptAgentBase
+from balms.agents.rag import MEMORY_SCOPES, user_history
+from balms.data import render
+from balms.data.schema import DatasetTables, Sample, Window
+from balms.models.base import Backend, GenParams, Message
+from balms.records import PredictionRecord
+
+SUMMARY_PROMPT_VERSION = "v1"
+SUMMARY_SEED = 0
+NO_SUBDAY_NOTE = "(no sub-day records; daily values used as the leaf)"
+
+
+def render_subday_row(row: pd.Series, channels, unit: str) -> str:
+    """One sub-day record as text, numbers in the canonical format of balms.data.render."""
+    ts = pd.Timestamp(row["date"])
+    vals = []
+    for c in channels:
+        v = row.get(c.name, float("nan"))
+        if pd.isna(v):
+            continue
+        vals.append(f"{c.label} {render.format_value(v, c.decimals)}{(' ' + c.unit) if c.unit else ''}")
+    return f"{ts.date().isoformat()} {row['slot']} ({unit or 'sub-day slot'}): " + "; ".join(vals)
+
+
+def user_subday(tables: DatasetTables, sample: Sample, start=None) -> pd.DataFrame:
+    """The user's sub-day rows from `start` (or the beginning) to window_end, no later."""
+    sd = tables.subday
+    if sd is None or len(sd) == 0:
+        return pd.DataFrame(columns=["user", "date", "slot", "slot_index"])
+    sd = sd[sd["user"] == sample.user].copy()
+    sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
+    sd = sd[sd["date"] <= pd.Timestamp(sample.window_end)]
+    if start is not None:
+        sd = sd[sd["date"] >= pd.Timestamp(start)]
+    return sd.sort_values(["date", "slot_index"])
+
+
+def build_leaves(tables: DatasetTables, hist: Window) -> tuple[dict, int]:
+    """Day -> list of leaf texts for every day of `hist`; and the count of all-missing sub-day rows."""
+    s = hist.sample
+    start = hist.daily.index.min() if len(hist.daily.index) else None
+    sd = user_subday(tables, s, start)
+    chans = [c for c in tables.subday_channels if c.name in sd.columns]
+    empty = 0
+    leaves: dict[pd.Timestamp, list[str]] = {ts: [] for ts in hist.daily.index}
+    if len(sd) and chans:
+        has_val = sd[[c.name for c in chans]].notna().any(axis=1)
+        empty = int((~has_val).sum())
+        for _, row in sd[has_val].iterrows():
+            leaves.setdefault(row["date"], []).append(render_subday_row(row, chans, tables.subday_unit))
+    for ts in list(leaves):
+        if not leaves[ts]:
+            leaves[ts] = [f"{render.render_day(hist, ts)} {NO_SUBDAY_NOTE}"]
+    return dict(sorted(leaves.items())), empty
+
+
+class SummaryCache:
+    """SQLite cache of day summaries, keyed by (dataset, user, day, model id, leaves hash)."""
+
+    def __init__(self, db_path: Path):
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._con = sqlite3.connect(str(db_path), timeout=30, check_same_thread=False)
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute(
+            "CREATE TABLE IF NOT EXISTS summaries (dataset TEXT, user TEXT, day TEXT, model_id TEXT, "
+            "leaves_sha TEXT, summary TEXT, PRIMARY KEY (dataset, user, day, model_id, leaves_sha))")
+        self._con.commit()
+
+    def get(self, key: tuple) -> str | None:
+        with self._lock:
+            row = self._con.execute(
+                "SELECT summary FROM summaries WHERE dataset=? AND user=? AND day=? AND model_id=? "
+                "AND leaves_sha=?", key).fetchone()
+        return row[0] if row else None
+
+    def put(self, key: tuple, summary: str) -> None:
+        with self._lock:
+            self._con.execute("INSERT OR REPLACE INTO summaries VALUES (?,?,?,?,?,?)", (*key, summary))
+            self._con.commit()
+
+
+@lru_cache(maxsize=4)
+def _summary_cache(path: str) -> SummaryCache:
+    return SummaryCache(Path(path))
+
+
+def summary_cache() -> SummaryCache:
+    return _summary_cache(str(paths.cache_dir() / "raptor_summaries.sqlite"))
+
+
+def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: pd.Timestamp,
+                leaves: list[str], subday_unit: str, max_tokens: int) -> tuple[str, bool]:
+    """The day's summary node text; (text, generated_now)."""
+    day = ts.date().isoformat()
+    prompt = prompts.summary_prompt(day, leaves, subday_unit)
+    sha = hashlib.sha256(f"{SUMMARY_PROMPT_VERSION}|{max_tokens}|{prompt}".encode()).hexdigest()
+    key = (sample.dataset, sample.user, day, backend.model_id, sha)
+    cache = summary_cache()
+    got = cache.get(key)
+    if got is not None:
+        return got, False
+    msgs = [Message("system", prompts.SUMMARY_SYSTEM_PROMPT), Message("user", prompt)]
+    params = GenParams(temperature=0.0, max_tokens=max_tokens, seed=SUMMARY_SEED)
+    if episode is not None:
+        comp = episode.call(msgs, params, kind="summary", log_prompt=False, day=day,
+                            n_leaves=len(leaves))
+    else:
+        comp = backend.generate(msgs, params)
+    text = comp.text.strip()
+    cache.put(key, text)
+    return text, True
+
+
+@dataclass
+class RaptorAgent(PromptAgentBase):
+    top_k: int = 3
+    memory: str = "history"
+    embedder: str = DEFAULT_EMBEDDER
+    summary_max_tokens: int = prompts.SUMMARY_MAX_TOKENS
+
+    def __post_init__(self):
+        self.name = "raptor"
+        if self.memory not in MEMORY_SCOPES:
+            raise ValueError(f"memory must be one of {MEMORY_SCOPES}, got {self.memory!r}")
+
+    def options(self) -> dict:
+        return {**self.base_options(), "top_k": self.top_k, "memory": self.memory,
+                "embedder": self.embedder, "summary_max_tokens": self.summary_max_tokens}
+
+    def _prompt(self, sample: Sample, tables: DatasetTables, backend: Backend | None,
+                episode: Episode | None) -> str:
+        """Build the tree, retrieve, and return the prompt. Without a backend (token benchmark),
+        summaries come from the cache when present and are otherwise left out of the tree."""
+        window, chans = self.window(sample, tables)
+        hist = user_history(tables, window, self.memory)
+        query_ts = pd.Timestamp(sample.window_end)
+        leaves, empty = build_leaves(tables, hist)
+        nodes: list[tuple[str, str, str]] = []  # (key, kind, text)
+        generated = 0
+        for ts, day_leaves in leaves.items():
+            if ts == query_ts:
+                continue
+            day = ts.date().isoformat()
+            base = f"{sample.dataset}/{sample.user}/{day}"
+            for j, leaf in enumerate(day_leaves):
+                nodes.append((f"{base}/leaf{j}", "leaf", leaf))
+            if backend is not None:
+                summ, new = day_summary(backend, episode, sample, ts, day_leaves, tables.subday_unit,
+                                        self.summary_max_tokens)
+                generated += int(new)
+                nodes.append((f"{base}/summary", "summary", f"{day} (day summary): {summ}"))
+        store = store_for(self.embedder)
+        mat = store.embed([(k, t) for k, _, t in nodes])
+        query_text = render.render_day(window, query_ts)
+        q = store.embed([(f"{sample.dataset}/{sample.user}/{query_ts.date().isoformat()}#query",
+                          query_text)])[0]
+        hits = top_k(q, mat, self.top_k) if nodes else []
+        texts = [nodes[i][2] for i, _ in hits]
+        if episode is not None:
+            episode.log("retrieval", "\n".join(texts), query=query_text,
+                        ids=[nodes[i][0] for i, _ in hits], kinds=[nodes[i][1] for i, _ in hits],
+                        scores=[round(sc, 4) for _, sc in hits], n_candidates=len(nodes),
+                        n_leaves=sum(1 for n in nodes if n[1] == "leaf"),
+                        summaries_generated=generated, empty_subday_rows=empty)
+        return prompts.memory_prompt(window, texts, cot=self.cot, context=self.context,
+                                     channels=chans, memory_kind="records (sub-day records or day summaries)")
+
+    def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
+        episode = Episode(backend)
+        user = self._prompt(sample, tables, backend, episode)
+        return self.answer(sample, tables, backend, episode, user, self.options())
+
+    def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
+        """Estimated first prompt for token counting: the final answering prompt built from leaves only
+        (summaries are not generated without a backend)."""
+        return prompts.messages(self.system_prompt, self._prompt(sample, tables, None, None))
