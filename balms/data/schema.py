@@ -88,6 +88,9 @@ class DatasetTables:
     dropped: dict[str, int] = field(default_factory=dict)
     raw_dir: str = ""
     notes: list[str] = field(default_factory=list)
+    # Full feature catalogue where a dataset has more features than daily columns (GLOBEM): one row
+    # per raw column with cohort, column, file, sensor, feature, variant, segment, device.
+    catalogue: pd.DataFrame | None = None
 
     def channel(self, name: str) -> Channel:
         for c in (*self.channels, *self.context_channels, *self.subday_channels):
