@@ -1,0 +1,398 @@
+"""The LLM judge: one rationale in, a validated two-tier score (or an explicit "unscored") out.
+
+Why so defensive: small judge models wrap JSON in prose or code fences, use single quotes, leave
+trailing commas or give out-of-range scores. We decode greedily with a JSON schema where the backend
+supports it, extract JSON robustly, validate every score, send ONE repair message naming the error,
+and otherwise return status="unscored" with the reason. A score is never invented or clipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, Field
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from balms.judges.rubric import (
+    DIMENSIONS,
+    TIER1,
+    TIER1_VALUES,
+    TIER2,
+    TIER2_RANGE,
+    build_messages,
+    judge_json_schema,
+    repair_message,
+)
+from balms.models.base import Backend, BackendError, Completion, GenParams, Message
+
+# Fallback target descriptions when a record's window is given as plain text (no Window.target).
+DATASET_TARGETS: dict[str, tuple[str, int, int]] = {
+    "pmdata": ("daily stress level", 1, 5),
+    "globem": ("PHQ-4 anxiety subscale item (feel_anxious)", 0, 3),
+    "diversityone": ("evening mood (1 = very good, 5 = very bad)", 1, 5),
+}
+
+UnscoredCode = Literal["empty_rationale", "backend_error", "invalid_output"]
+
+
+class JudgeOutputError(ValueError):
+    """The judge's text could not be turned into a valid, in-range score set."""
+
+
+class JudgeResult(BaseModel):
+    tier1: dict[str, int | None] = Field(default_factory=lambda: {d: None for d in TIER1})
+    tier2: dict[str, int | None] = Field(default_factory=lambda: {d: None for d in TIER2})
+    justifications: dict[str, str] = Field(default_factory=dict)
+    status: Literal["scored", "unscored"] = "unscored"
+    unscored_code: UnscoredCode | None = None
+    unscored_reason: str | None = None
+    raw_outputs: list[str] = Field(default_factory=list)  # every judge completion, in order
+    attempts: int = 0  # model calls made (1, or 2 with the repair retry)
+    model_id: str = ""
+    meta: dict[str, Any] = Field(default_factory=dict)  # sample_id, dataset, system, model, ... of the record
+
+    @property
+    def scored(self) -> bool:
+        return self.status == "scored"
+
+
+# ---------------------------------------------------------------- JSON extraction and validation
+
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.S)
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+
+
+def _balanced_objects(text: str) -> list[str]:
+    """Every top-level {...} substring, respecting quoted strings (single or double)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text[i] != "{":
+            i += 1
+            continue
+        depth, j, quote = 0, i, None
+        while j < n:
+            c = text[j]
+            if quote:
+                if c == "\\":
+                    j += 1
+                elif c == quote:
+                    quote = None
+            elif c in "\"'" and not (c == "'" and j > 0 and text[j - 1].isalnum()):
+                quote = c
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    out.append(text[i : j + 1])
+                    break
+            j += 1
+        else:  # unbalanced: keep the tail, the repair step may still parse it
+            out.append(text[i:])
+            break
+        i = j + 1
+    return out
+
+
+def _loads_lenient(s: str) -> Any:
+    s = s.strip()
+    try:
+        return json.loads(s)
+    except json.JSONDecodeError:
+        pass
+    s2 = _TRAILING_COMMA.sub(r"\1", s)
+    try:
+        return json.loads(s2)
+    except json.JSONDecodeError:
+        pass
+    # Python-literal style: single quotes, None/True/False; map JSON literals outside strings.
+    py = re.sub(r"\bnull\b", "None", s2)
+    py = re.sub(r"\btrue\b", "True", py)
+    py = re.sub(r"\bfalse\b", "False", py)
+    return ast.literal_eval(py)  # raises ValueError/SyntaxError
+
+
+def extract_json(text: str) -> dict:
+    """The first JSON object in a model's text: fenced blocks first, then balanced braces.
+
+    Tolerates prose around the object, ``` fences, single quotes, trailing commas, Python literals.
+    """
+    body = _THINK.sub("", text or "")
+    candidates = [m.group(1) for m in _FENCE.finditer(body)]
+    candidates += _balanced_objects(body)
+    errors = []
+    for cand in candidates:
+        for inner in [cand, *(_balanced_objects(cand) if not cand.strip().startswith("{") else [])]:
+            try:
+                obj = _loads_lenient(inner)
+            except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+                errors.append(f"{type(exc).__name__}: {str(exc)[:80]}")
+                continue
+            if isinstance(obj, dict):
+                return obj
+            errors.append(f"found {type(obj).__name__}, expected a JSON object")
+    if not candidates:
+        raise JudgeOutputError("no JSON object found in the judge output")
+    raise JudgeOutputError("no parseable JSON object in the judge output (" + "; ".join(errors[:3]) + ")")
+
+
+_NULLS = {"", "null", "none", "n/a", "na", "not invoked", "nan"}
+_SCORE_KEYS = ("score", "value", "rating")
+_JUST_KEYS = ("justification", "reason", "explanation", "rationale")
+
+
+def _coerce_score(dim: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise JudgeOutputError(f"{dim}: score {value!r} is a boolean, expected an integer or null")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+        raise JudgeOutputError(f"{dim}: score {value} is not an integer")
+    if isinstance(value, str):
+        s = value.strip().lower()
+        if s in _NULLS:
+            return None
+        if re.fullmatch(r"[-+]?\d+(\.0+)?", s):
+            return int(float(s))
+        raise JudgeOutputError(f"{dim}: score {value!r} is not an integer or null")
+    raise JudgeOutputError(f"{dim}: score of type {type(value).__name__} is not an integer or null")
+
+
+def _flatten(obj: dict) -> dict:
+    """Accept {"tier1": {...}, "tier2": {...}} as well as the flat shape; keys matched case-insensitively."""
+    flat: dict = {}
+    for k, v in obj.items():
+        key = str(k).strip().lower()
+        if key in ("tier1", "tier_1", "tier 1", "tier2", "tier_2", "tier 2") and isinstance(v, dict):
+            flat.update({str(kk).strip().lower(): vv for kk, vv in v.items()})
+        else:
+            flat[key] = v
+    return flat
+
+
+def validate_judgement(obj: dict) -> tuple[dict[str, int | None], dict[str, int | None], dict[str, str]]:
+    """Check every dimension is present and in range; return (tier1, tier2, justifications)."""
+    flat = _flatten(obj)
+    missing = [d for d in DIMENSIONS if d not in flat]
+    if missing:
+        raise JudgeOutputError(f"missing dimension(s): {', '.join(missing)}")
+    scores, justs = {}, {}
+    for d in DIMENSIONS:
+        v = flat[d]
+        if isinstance(v, dict):
+            lv = {str(k).lower(): x for k, x in v.items()}
+            skey = next((k for k in _SCORE_KEYS if k in lv), None)
+            if skey is None:
+                raise JudgeOutputError(f"{d}: no 'score' field")
+            scores[d] = _coerce_score(d, lv[skey])
+            justs[d] = str(next((lv[k] for k in _JUST_KEYS if k in lv and lv[k] is not None), "")).strip()
+        else:
+            scores[d] = _coerce_score(d, v)
+            justs[d] = ""
+    for d in TIER1:
+        if scores[d] is not None and scores[d] not in TIER1_VALUES:
+            raise JudgeOutputError(f"{d}: Tier-1 score {scores[d]} is not 0, 1 or null")
+    lo, hi = TIER2_RANGE
+    for d in TIER2:
+        if scores[d] is not None and not lo <= scores[d] <= hi:
+            raise JudgeOutputError(f"{d}: Tier-2 score {scores[d]} is outside {lo}-{hi}")
+    return {d: scores[d] for d in TIER1}, {d: scores[d] for d in TIER2}, justs
+
+
+def parse_judgement(text: str) -> tuple[dict, dict, dict]:
+    return validate_judgement(extract_json(text))
+
+
+# ---------------------------------------------------------------- judging
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, BackendError) and exc.transient
+
+
+@retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(3),
+       wait=wait_exponential(multiplier=1, min=1, max=20), reraise=True)
+def _generate(backend: Backend, messages: list[Message], params: GenParams) -> Completion:
+    return backend.generate(messages, params)
+
+
+def judge_rationale(
+    backend: Backend,
+    *,
+    window_text: str,
+    gold: int,
+    predicted: int | None,
+    rationale: str,
+    scale: tuple[int, int],
+    target: str,
+    use_schema: bool = True,
+    max_tokens: int = 1024,
+    meta: dict | None = None,
+) -> JudgeResult:
+    """Grade one rationale. Greedy decoding; schema-constrained when `use_schema` and supported.
+
+    Returns status="scored" with validated scores, or status="unscored" with `unscored_code` and
+    `unscored_reason` (empty rationale, backend error, or output still invalid after one repair).
+    """
+    model_id = getattr(backend, "model_id", "")
+    res = JudgeResult(model_id=model_id, meta=dict(meta or {}))
+    if not (rationale or "").strip():
+        res.unscored_code, res.unscored_reason = "empty_rationale", "the rationale is empty; nothing to judge"
+        return res
+    params = GenParams(temperature=0.0, max_tokens=max_tokens, seed=0,
+                       json_schema=judge_json_schema() if use_schema else None)
+    messages = build_messages(window_text=window_text, gold=gold, predicted=predicted,
+                              rationale=rationale, scale=scale, target=target)
+    error = ""
+    for attempt in (1, 2):
+        try:
+            comp = _generate(backend, messages, params)
+        except BackendError as exc:
+            res.unscored_code = "backend_error"
+            res.unscored_reason = f"backend error on attempt {attempt}: {exc}"
+            return res
+        res.attempts = attempt
+        res.model_id = comp.model_id or model_id
+        res.raw_outputs.append(comp.text)
+        try:
+            res.tier1, res.tier2, res.justifications = parse_judgement(comp.text)
+        except JudgeOutputError as exc:
+            error = str(exc)
+            if comp.finish_reason == "length":
+                error += f" (the output was cut at max_tokens={max_tokens})"
+            messages = [*messages, Message("assistant", comp.text), repair_message(error)]
+            continue
+        res.status = "scored"
+        return res
+    res.unscored_code = "invalid_output"
+    res.unscored_reason = f"judge output still invalid after one repair retry: {error}"
+    return res
+
+
+WindowSource = Callable[[Any], Any] | Mapping[str, Any]
+
+
+def _window_for(record, source: WindowSource):
+    if callable(source):
+        return source(record)
+    if record.sample_id not in source:
+        raise KeyError(f"no window for sample {record.sample_id!r} in the window mapping")
+    return source[record.sample_id]
+
+
+def judge_records(records: Iterable, tables_or_window_fn: WindowSource, backend: Backend, **kwargs) -> list[JudgeResult]:
+    """Judge every record's rationale. `tables_or_window_fn` maps a record to its window: a callable
+    `record -> Window | str`, or a mapping sample_id -> Window | str (canonical text). For plain text
+    the target and scale come from `DATASET_TARGETS`. Records are PredictionRecords (or dicts of them).
+    """
+    from balms.data.render import render_window
+    from balms.data.schema import Window
+    from balms.records import PredictionRecord
+
+    out = []
+    for rec in records:
+        rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
+        win = _window_for(rec, tables_or_window_fn)
+        if isinstance(win, Window):
+            text = render_window(win)
+            target, scale = win.target.label, (win.target.scale_min, win.target.scale_max)
+        elif isinstance(win, str):
+            if rec.dataset not in DATASET_TARGETS:
+                raise KeyError(f"record {rec.sample_id}: unknown dataset {rec.dataset!r}; pass Windows instead of text")
+            target, lo, hi = DATASET_TARGETS[rec.dataset]
+            text, scale = win, (lo, hi)
+        else:
+            raise TypeError(f"window source returned {type(win).__name__} for {rec.sample_id}; expected Window or str")
+        meta = {"sample_id": rec.sample_id, "dataset": rec.dataset, "user": rec.user, "system": rec.system,
+                "model": rec.model, "cot": rec.cot, "executor": rec.options.get("executor"),
+                "label": rec.label, "prediction": rec.prediction}
+        out.append(judge_rationale(backend, window_text=text, gold=rec.label, predicted=rec.prediction,
+                                   rationale=rec.rationale, scale=scale, target=target, meta=meta, **kwargs))
+    return out
+
+
+# ---------------------------------------------------------------- aggregation (METHOD.md, "Judge")
+
+
+def aggregate_judgements(results: Iterable[JudgeResult]) -> dict:
+    """Aggregate a slice exactly as the paper: over the N *scored* results of the slice,
+
+    Tier 1, per dimension: invocation rate = invoked/N, conditional accuracy = correct/invoked (NaN when
+    nothing was invoked), coverage = invoked-and-correct/N. Headline = macro average of conditional
+    accuracy over the dimensions where it is defined (`tier1_headline_dims` says which; NaN if none).
+    Tier 2: mean over non-null scores. Unscored results are counted (`n_unscored`, by reason), never
+    folded into any rate.
+    """
+    results = list(results)
+    scored = [r for r in results if r.scored]
+    n = len(scored)
+    t1_rows = {}
+    for d in TIER1:
+        vals = [r.tier1.get(d) for r in scored]
+        invoked = sum(v is not None for v in vals)
+        correct = sum(v == 1 for v in vals)
+        t1_rows[d] = {
+            "invoked": invoked,
+            "correct": correct,
+            "invocation_rate": invoked / n if n else math.nan,
+            "conditional_accuracy": correct / invoked if invoked else math.nan,
+            "coverage": correct / n if n else math.nan,
+        }
+    tier1 = pd.DataFrame.from_dict(t1_rows, orient="index")
+    defined = [d for d in TIER1 if not math.isnan(t1_rows[d]["conditional_accuracy"])]
+    headline = float(pd.Series([t1_rows[d]["conditional_accuracy"] for d in defined]).mean()) if defined else math.nan
+    t2_rows = {}
+    for d in TIER2:
+        vals = [r.tier2.get(d) for r in scored if r.tier2.get(d) is not None]
+        t2_rows[d] = {"mean": float(pd.Series(vals, dtype=float).mean()) if vals else math.nan, "n": len(vals)}
+    tier2 = pd.DataFrame.from_dict(t2_rows, orient="index")
+    reasons = Counter(r.unscored_code or "unknown" for r in results if not r.scored)
+    return {
+        "n": len(results),
+        "n_scored": n,
+        "n_unscored": len(results) - n,
+        "unscored_by_reason": dict(reasons),
+        "tier1": tier1,
+        "tier1_headline": headline,
+        "tier1_headline_dims": defined,
+        "tier1_headline_note": f"macro average of conditional accuracy over the {len(defined)} of {len(TIER1)} "
+        "Tier-1 dimensions invoked at least once",
+        "tier2": tier2,
+    }
+
+
+def judgement_table(results: Iterable[JudgeResult], by: tuple[str, ...] = ("dataset", "system", "model")) -> pd.DataFrame:
+    """One row per group of `result.meta[by]`: counts, Tier-1 rates, headline, Tier-2 means."""
+    results = list(results)
+    groups: dict[tuple, list[JudgeResult]] = {}
+    for r in results:
+        groups.setdefault(tuple(r.meta.get(k) for k in by), []).append(r)
+    rows = []
+    for key, rs in groups.items():
+        agg = aggregate_judgements(rs)
+        row = dict(zip(by, key))
+        row.update(n=agg["n"], n_scored=agg["n_scored"], n_unscored=agg["n_unscored"])
+        for d, r in agg["tier1"].iterrows():
+            row[f"{d}_invocation"] = r["invocation_rate"]
+            row[f"{d}_cond_acc"] = r["conditional_accuracy"]
+            row[f"{d}_coverage"] = r["coverage"]
+        row["tier1_headline"] = agg["tier1_headline"]
+        row["tier1_headline_n_dims"] = len(agg["tier1_headline_dims"])
+        for d, r in agg["tier2"].iterrows():
+            row[d] = r["mean"]
+        rows.append(row)
+    return pd.DataFrame(rows)
