@@ -1,0 +1,72 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: balms (.venv)
+#     language: python
+#     name: balms
+# ---
+
+# %% [markdown]
+# # 06 · Latency (Figures 6, 8-10)
+#
+# Mean wall time per sample for each system, with and without CoT, per backbone. The runs are those of 01 and 02
+# (same cells, so nothing is recomputed). Latencies are measured when the model call was made; a response served
+# from the cache keeps its original latency.
+
+# %% tags=["parameters"]
+profile = "demo"
+datasets = ["diversityone", "pmdata", "globem"]
+systems = ["healthllm", "rag", "raptor", "phia"]
+backbones = ["qwen2.5-coder-0.5b"]
+n_samples = 6
+seed = 0
+cache_mode = "rw"
+concurrency = 1
+phia_max_iters = 4
+zs_max_tokens = 16
+cot_max_tokens = 192
+memory_days = 14
+
+# %%
+import seaborn as sns
+
+from balms import experiments as ex, report
+
+cfg = ex.config_from_namespace(globals())
+NB = "06_latency"
+recs = ex.run_grid(cfg, cots=(False, True))
+summary = ex.summarize(recs)
+src = report.source_label(summary["source"].str.split(";").explode())
+cap = report.model_caption(cfg.backbones)
+lat = summary[["dataset", "system", "model", "cot", "n", "mean_latency_s", "mean_prompt_tokens", "mean_completion_tokens"]]
+report.save_table(lat, "latency", artefact="Figures 6, 8-10 (table)", notebook=NB, source=src, profile=profile,
+                  models=cfg.backbones, n=len(recs), caption=f"mean per-sample latency; {cap}")
+lat.round(2)
+
+# %% [markdown]
+# ## Figure 6: latency per system, zero-shot vs CoT
+
+# %%
+g = sns.catplot(data=recs.assign(mode=recs.cot.map({False: "zero-shot", True: "CoT"})), x="system", y="latency_s",
+                hue="mode", col="dataset", kind="bar", errorbar=("ci", 95), height=3)
+g.set(yscale="log")
+g.figure.suptitle(f"Per-sample latency, {cap} on 2 CPU cores; data: {src}", y=1.05, fontsize=9)
+report.save_figure(g.figure, "fig6_latency_per_system", artefact="Figure 6", notebook=NB, source=src,
+                   profile=profile, models=cfg.backbones, n=len(recs))
+
+# %% [markdown]
+# ## Figures 8-10: one panel per backbone
+
+# %%
+for i, m in enumerate(cfg.backbones):
+    sub = recs[recs.model == m].assign(mode=lambda d: d.cot.map({False: "zero-shot", True: "CoT"}))
+    g = sns.catplot(data=sub, x="system", y="latency_s", hue="mode", col="dataset", kind="box", height=3)
+    g.figure.suptitle(f"Latency distribution, {report.model_caption([m])}; data: {src}", y=1.05, fontsize=9)
+    report.save_figure(g.figure, f"fig8_10_latency_{m}", artefact=f"Figures 8-10 ({m})", notebook=NB, source=src,
+                       profile=profile, models=[m], n=len(sub))
+
+# %% [markdown]
+# PHIA costs the most (several model calls and code executions per sample); RAPTOR's one-off day summaries are
+# cached and shared across samples, so its per-sample latency falls as more samples reuse them.
