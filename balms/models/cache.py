@@ -1,0 +1,157 @@
+"""Response cache: every completion is committed to SQLite (WAL) as it arrives, so re-running a notebook or
+resuming a crashed run never recomputes a model call, and a run can be replayed without a GPU or an API key.
+
+Key = sha256 of (exact model id, messages, `GenParams.cache_key_fields()`): everything that determines the
+output, nothing of the transport (URLs, timeouts, concurrency). Errors are never stored.
+Modes: "rw" (read, compute misses, write), "replay" (a miss is an error naming the request), "off".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Sequence
+
+from balms.models.base import BackendError, Completion, GenParams, Message
+
+MODES = ("rw", "replay", "off")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    model_id TEXT NOT NULL,
+    request TEXT NOT NULL,
+    completion TEXT NOT NULL,
+    created_at REAL NOT NULL
+)
+"""
+
+
+class CacheMissError(BackendError):
+    """Replay-only mode met a request that was never recorded."""
+
+
+def request_payload(model_id: str, messages: Sequence[Message], params: GenParams) -> dict:
+    return {
+        "model_id": model_id,
+        "messages": [m.to_dict() for m in messages],
+        "params": params.cache_key_fields(),
+    }
+
+
+def cache_key(model_id: str, messages: Sequence[Message], params: GenParams) -> str:
+    blob = json.dumps(request_payload(model_id, messages, params), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+_COMPLETION_FIELDS = {f.name for f in fields(Completion)}
+
+
+class ResponseCache:
+    """A thread-safe SQLite response store; one connection per cache, guarded by a lock."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
+        self._conn.execute(_SCHEMA)
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            row = self._conn.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        data = json.loads(row[0])
+        return Completion(**{k: v for k, v in data.items() if k in _COMPLETION_FIELDS})
+
+    def put(self, key: str, request: dict, completion: Completion) -> None:
+        data = completion.to_dict()
+        data["cached"] = False
+        blob = json.dumps(data, ensure_ascii=False, default=str)
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO responses (key, model_id, request, completion, created_at) VALUES (?,?,?,?,?)",
+                (key, request["model_id"], json.dumps(request, ensure_ascii=False), blob, time.time()),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class CachedBackend:
+    """Wrap a backend with the response cache. Concurrent identical requests compute once."""
+
+    def __init__(self, backend, cache: ResponseCache | None, mode: str = "rw"):
+        if mode not in MODES:
+            raise ValueError(f"cache mode must be one of {MODES}, got {mode!r}")
+        if mode != "off" and cache is None:
+            raise ValueError(f"cache mode {mode!r} needs a ResponseCache")
+        self.backend = backend
+        self.cache = cache
+        self.mode = mode
+        self.model_id: str = backend.model_id
+        self.name: str = getattr(backend, "name", backend.model_id)
+        self.hits = 0
+        self.misses = 0
+        self._stats_lock = threading.Lock()
+        self._inflight: dict[str, threading.Lock] = {}
+        self._inflight_lock = threading.Lock()
+
+    def stats(self) -> dict:
+        with self._stats_lock:
+            return {"hits": self.hits, "misses": self.misses, "mode": self.mode}
+
+    def _count(self, hit: bool) -> None:
+        with self._stats_lock:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
+
+    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+        if self.mode == "off":
+            self._count(False)
+            return self.backend.generate(messages, params)
+        key = cache_key(self.model_id, messages, params)
+        hit = self.cache.get(key)
+        if hit is None:
+            with self._inflight_lock:
+                lock = self._inflight.setdefault(key, threading.Lock())
+            try:
+                with lock:
+                    hit = self.cache.get(key)  # another thread may have just computed it
+                    if hit is None:
+                        return self._compute(key, messages, params)
+            finally:
+                with self._inflight_lock:
+                    self._inflight.pop(key, None)
+        self._count(True)
+        hit.cached = True
+        return hit
+
+    def _compute(self, key: str, messages: Sequence[Message], params: GenParams) -> Completion:
+        if self.mode == "replay":
+            last = messages[-1].content if messages else ""
+            snippet = last[:80].replace("\n", " ")
+            raise CacheMissError(
+                f"replay-only cache miss: model {self.model_id!r}, last message {snippet!r}..., key {key[:16]} "
+                f"(cache {self.cache.path}); run once in mode 'rw' to record it",
+                transient=False,
+            )
+        self._count(False)
+        completion = self.backend.generate(messages, params)  # errors propagate and are never stored
+        self.cache.put(key, request_payload(self.model_id, messages, params), completion)
+        return completion

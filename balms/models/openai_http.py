@@ -1,0 +1,206 @@
+"""OpenAI-compatible chat completions over HTTP: `vllm serve` and llama.cpp's server speak this protocol.
+
+One or several base URLs; each request goes to the URL with the fewest requests in flight (ties: round
+robin), so a run scales out across GPU servers. Transport failures become `BackendError`s with
+`transient=True` (429, 5xx, timeouts, dropped/truncated/malformed bodies) so callers retry them; other 4xx
+are permanent. Built on httpx directly: the protocol is one POST, and a thin client keeps harness overhead
+per request well below a millisecond.
+
+Serving the paper's models with vLLM (one server per GPU group; list every server in BALMS_VLLM_BASE_URLS):
+
+    # 7B models: one GPU each (run one server per GPU to scale out)
+    vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000 --max-model-len 32768
+    vllm serve mistralai/Mistral-7B-Instruct-v0.3 --port 8001 --max-model-len 32768
+    # 14B models: tensor parallelism over 2 GPUs (fits one 80 GB GPU too; TP=2 doubles throughput on 40 GB)
+    CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen2.5-14B-Instruct --tensor-parallel-size 2 --port 8000
+    CUDA_VISIBLE_DEVICES=2,3 vllm serve deepseek-ai/DeepSeek-R1-Distill-Qwen-14B --tensor-parallel-size 2 \
+        --port 8001 --reasoning-parser deepseek_r1     # or leave <think> in the text: balms splits it
+    # judge, 70B: tensor parallelism over 4 x 80 GB GPUs (or 8 x 40 GB with --tensor-parallel-size 8)
+    CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4 \
+        --max-model-len 16384 --port 8000
+    export BALMS_VLLM_BASE_URLS=http://gpu-a:8000/v1,http://gpu-b:8000/v1
+
+The served model name must be the registry's model id (the HF repo id, vLLM's default), or pass
+`model_id=` to `get_backend`. For llama.cpp's server use `json_style="llamacpp"` (json_object + schema and a
+`grammar` field instead of vLLM's `json_schema` / `guided_grammar`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import itertools
+import json
+import os
+import threading
+import time
+from typing import Sequence
+
+import httpx
+
+from balms.models.base import BackendError, Completion, GenParams, Message
+from balms.models.reasoning import estimate_reasoning_tokens, split_reasoning
+
+TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+
+
+def normalise_base_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class OpenAICompatBackend:
+    """Chat completions against one or more OpenAI-compatible servers."""
+
+    def __init__(self, model_id: str, base_urls: Sequence[str] | str, *, name: str | None = None,
+                 api_key: str | None = None, timeout_s: float = 300.0, connect_timeout_s: float = 10.0,
+                 max_connections: int = 256, json_style: str = "vllm", extra_body: dict | None = None):
+        if isinstance(base_urls, str):
+            base_urls = [u for u in base_urls.split(",") if u.strip()]
+        if not base_urls:
+            raise ValueError("OpenAICompatBackend needs at least one base URL")
+        if json_style not in ("vllm", "llamacpp", "openai"):
+            raise ValueError(f"json_style must be 'vllm', 'llamacpp' or 'openai', got {json_style!r}")
+        self.model_id = model_id
+        self.name = name or model_id
+        self.base_urls = [normalise_base_url(u) for u in base_urls]
+        self.json_style = json_style
+        self.extra_body = dict(extra_body or {})
+        self.timeout_s = timeout_s
+        key = api_key or os.environ.get("BALMS_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        self._lock = threading.Lock()
+        self._inflight = [0] * len(self.base_urls)
+        self.sent = [0] * len(self.base_urls)  # requests sent per base URL
+        self._rr = itertools.count()
+
+    # -- dispatch -------------------------------------------------------------------------------------
+    def _acquire(self) -> int:
+        with self._lock:
+            start = next(self._rr) % len(self.base_urls)
+            order = [(start + k) % len(self.base_urls) for k in range(len(self.base_urls))]
+            i = min(order, key=lambda j: self._inflight[j])
+            self._inflight[i] += 1
+            self.sent[i] += 1
+            return i
+
+    def _release(self, i: int) -> None:
+        with self._lock:
+            self._inflight[i] -= 1
+
+    # -- request --------------------------------------------------------------------------------------
+    def request_body(self, messages: Sequence[Message], params: GenParams) -> dict:
+        body: dict = {
+            "model": self.model_id,
+            "messages": [m.to_dict() for m in messages],
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+        }
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.grammar:
+            body["grammar" if self.json_style == "llamacpp" else "guided_grammar"] = params.grammar
+        elif params.json_schema is not None:
+            if self.json_style == "llamacpp":
+                body["response_format"] = {"type": "json_object", "schema": params.json_schema}
+            else:
+                body["response_format"] = {"type": "json_schema",
+                                           "json_schema": {"name": "response", "schema": params.json_schema}}
+        body.update(self.extra_body)
+        return body
+
+    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+        body = self.request_body(messages, params)
+        i = self._acquire()
+        url = self.base_urls[i] + "/chat/completions"
+        t0 = time.perf_counter()
+        try:
+            resp = self._client.post(url, content=json.dumps(body))
+            content = resp.content
+        except httpx.TimeoutException as exc:
+            raise BackendError(f"{self.model_id}: timeout after {self.timeout_s:g} s at {url} ({type(exc).__name__})",
+                               transient=True) from exc
+        except httpx.TransportError as exc:  # connect refused, reset, truncated body (RemoteProtocolError)
+            raise BackendError(f"{self.model_id}: transport error at {url}: {type(exc).__name__}: {exc}",
+                               transient=True) from exc
+        finally:
+            self._release(i)
+        latency = time.perf_counter() - t0
+        if resp.status_code != 200:
+            snippet = content[:300].decode("utf-8", "replace")
+            transient = resp.status_code in TRANSIENT_STATUS
+            raise BackendError(f"{self.model_id}: HTTP {resp.status_code} from {url}: {snippet}",
+                               transient=transient, retry_after=parse_retry_after(resp.headers.get("retry-after")))
+        try:
+            data = json.loads(content)
+        except ValueError as exc:
+            raise BackendError(
+                f"{self.model_id}: malformed response body from {url} (not JSON, {len(content)} bytes): "
+                f"{content[:120].decode('utf-8', 'replace')!r}", transient=True) from exc
+        return self._parse(data, url, latency)
+
+    def _parse(self, data: dict, url: str, latency: float) -> Completion:
+        try:
+            choice = data["choices"][0]
+            msg = choice["message"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise BackendError(
+                f"{self.model_id}: response from {url} lacks choices[0].message: {json.dumps(data)[:200]}",
+                transient=False) from exc
+        full = msg.get("content") or ""
+        answer, reasoning = split_reasoning(full)
+        server_reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        if server_reasoning:  # vLLM --reasoning-parser splits it for us
+            reasoning = server_reasoning + (("\n" + reasoning) if reasoning else "")
+        usage = data.get("usage") or {}
+        completion_tokens = int(usage.get("completion_tokens") or 0)
+        details = usage.get("completion_tokens_details") or {}
+        reasoning_tokens = int(details.get("reasoning_tokens") or 0) or estimate_reasoning_tokens(
+            (server_reasoning or "") + full, reasoning, completion_tokens)
+        return Completion(
+            text=answer,
+            model_id=self.model_id,
+            finish_reason=choice.get("finish_reason") or "stop",
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=completion_tokens,
+            latency_s=latency,
+            reasoning=reasoning,
+            reasoning_tokens=reasoning_tokens,
+            raw={"id": data.get("id"), "served_model": data.get("model"), "base_url": url.rsplit("/chat", 1)[0]},
+        )
+
+    def list_served_models(self) -> list[str]:
+        """Model ids each server reports (`/v1/models`), for `balms models ping`."""
+        out = []
+        for base in self.base_urls:
+            try:
+                r = self._client.get(base + "/models", timeout=10)
+                r.raise_for_status()
+                out.extend(m["id"] for m in r.json().get("data", []))
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                raise BackendError(f"{self.model_id}: cannot list models at {base}: {exc}", transient=True) from exc
+        return out
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,195 @@
+"""Model registry: the paper's backbone names (and the embedded CPU models) -> backend kind + exact model id.
+
+Configs and notebook parameters select a model by name; `get_backend(name)` builds the backend, wrapped in
+the response cache (`cache_dir()/responses.sqlite`, mode "rw") unless `cache_mode="off"`.
+
+Backends by kind:
+- "llamacpp": embedded llama.cpp with a GGUF from PyPI (CPU; results labelled `is_embedded_cpu`).
+- "openai": OpenAI-compatible HTTP (`vllm serve`, llama.cpp server). Base URLs from `base_urls=` or env
+  BALMS_VLLM_BASE_URLS (comma-separated); requests are spread across them.
+- "vllm-local": vLLM in-process (pass `backend="vllm-local"` to any vLLM model).
+- "anthropic": Messages API via the official client; key from ANTHROPIC_API_KEY; model id from
+  `model_id=` or env BALMS_ANTHROPIC_MODEL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from balms.models.pricing import price_of
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+JUDGE_MODEL = "Llama-3.3-70B-Instruct"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    backend: str  # "llamacpp" | "openai" | "vllm-local" | "anthropic"
+    model_id: str  # exact id: HF repo id as served by vLLM, Anthropic model id, or gguf:<file>@sha256:<8>
+    is_reasoning: bool = False
+    is_embedded_cpu: bool = False
+    context_length: int = 32768
+    role: str = "backbone"  # "backbone" | "judge" | "test"
+    asset: str | None = None  # gguf_assets key for embedded models
+    tensor_parallel: int = 1  # suggested vLLM --tensor-parallel-size (A100-80GB class GPUs)
+    notes: str = ""
+
+    @property
+    def price_in_per_mtok(self) -> float:
+        return price_of(self.model_id)[0]
+
+    @property
+    def price_out_per_mtok(self) -> float:
+        return price_of(self.model_id)[1]
+
+
+def _gguf(name: str, ctx: int, notes: str, role: str = "backbone") -> ModelSpec:
+    from balms.models.gguf_assets import ASSETS
+
+    return ModelSpec(name, "llamacpp", ASSETS[name].model_id, is_embedded_cpu=True, context_length=ctx,
+                     role=role, asset=name, notes=notes)
+
+
+MODELS: dict[str, ModelSpec] = {
+    s.name: s
+    for s in [
+        _gguf("smollm2-135m", 8192, "SmolLM2-135M-Instruct Q4_1; fast tests only (mostly junk answers)", "test"),
+        _gguf("qwen2.5-coder-0.5b", 32768, "Qwen2.5-Coder-0.5B-Instruct Q4_K_M; faster embedded option"),
+        _gguf("qwen2.5-coder-1.5b", 32768, "Qwen2.5-Coder-1.5B-Instruct Q4_K_M; default embedded backbone"),
+        ModelSpec("Qwen2.5-7B-Instruct", "openai", "Qwen/Qwen2.5-7B-Instruct", context_length=32768),
+        ModelSpec("Qwen2.5-14B-Instruct", "openai", "Qwen/Qwen2.5-14B-Instruct", context_length=32768,
+                  tensor_parallel=2),
+        ModelSpec("Mistral-7B-Instruct-v0.3", "openai", "mistralai/Mistral-7B-Instruct-v0.3", context_length=32768),
+        ModelSpec("DeepSeek-R1-Distill-Qwen-14B", "openai", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
+                  is_reasoning=True, context_length=32768, tensor_parallel=2),
+        ModelSpec("Claude-Haiku-4.5", "anthropic", "claude-haiku-4-5", context_length=200000),
+        ModelSpec(JUDGE_MODEL, "openai", "meta-llama/Llama-3.3-70B-Instruct", context_length=131072,
+                  role="judge", tensor_parallel=4),
+    ]
+}
+
+
+def default_model_name() -> str:
+    """`BALMS_MODEL` (a registry name) if set, else DEFAULT_MODEL."""
+    name = os.environ.get("BALMS_MODEL") or DEFAULT_MODEL
+    spec(name)  # validate
+    return name
+
+
+def spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        lower = {k.lower(): k for k in MODELS}
+        if name.lower() in lower:
+            return MODELS[lower[name.lower()]]
+        raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def list_models():
+    """All registered models as a DataFrame (one row per name)."""
+    import pandas as pd
+
+    rows = []
+    for s in MODELS.values():
+        d = asdict(s)
+        d["price_in_per_mtok"] = s.price_in_per_mtok
+        d["price_out_per_mtok"] = s.price_out_per_mtok
+        rows.append(d)
+    return pd.DataFrame(rows).set_index("name", drop=False)
+
+
+def _base_urls(overrides: dict) -> list[str]:
+    urls = overrides.pop("base_urls", None) or overrides.pop("base_url", None) or os.environ.get("BALMS_VLLM_BASE_URLS")
+    if isinstance(urls, str):
+        urls = [u.strip() for u in urls.split(",") if u.strip()]
+    return list(urls or [])
+
+
+def build_raw_backend(name: str, **overrides):
+    """The uncached backend for `name`. Overrides: backend, model_id, base_urls, api_key, timeout_s,
+    n_threads, model_path, tensor_parallel_size... (unknown keys go to the backend constructor)."""
+    s = spec(name)
+    kind = overrides.pop("backend", None) or s.backend
+    model_id = overrides.pop("model_id", None)
+    if kind == "llamacpp":
+        from balms.models.gguf_assets import gguf_path
+        from balms.models.llamacpp import LlamaCppBackend
+
+        path = overrides.pop("model_path", None) or (lambda: gguf_path(s.asset))
+        return LlamaCppBackend(path, model_id or s.model_id, name=s.name, **overrides)
+    if kind == "openai":
+        from balms.models.openai_http import OpenAICompatBackend
+
+        urls = _base_urls(overrides)
+        if not urls:
+            raise ValueError(
+                f"model {name!r} is served over HTTP: pass base_urls=[...] or set BALMS_VLLM_BASE_URLS "
+                "(comma-separated, e.g. http://gpu1:8000/v1,http://gpu2:8000/v1); see balms.models.openai_http"
+            )
+        return OpenAICompatBackend(model_id or s.model_id, urls, name=s.name, **overrides)
+    if kind == "vllm-local":
+        from balms.models.vllm_local import VLLMLocalBackend
+
+        overrides.setdefault("tensor_parallel_size", s.tensor_parallel)
+        return VLLMLocalBackend(model_id or s.model_id, name=s.name, **overrides)
+    if kind == "anthropic":
+        from balms.models.anthropic_api import AnthropicBackend
+
+        mid = model_id or os.environ.get("BALMS_ANTHROPIC_MODEL") or s.model_id
+        return AnthropicBackend(mid, name=s.name, **overrides)
+    raise ValueError(f"model {name!r}: unknown backend kind {kind!r} (llamacpp, openai, vllm-local, anthropic)")
+
+
+def default_cache_path() -> Path:
+    from balms.paths import cache_dir
+
+    return cache_dir() / "responses.sqlite"
+
+
+class ReplayOnlyBackend:
+    """Stands in for the real backend in replay-only mode; being called is a bug."""
+
+    def __init__(self, model_id: str, name: str):
+        self.model_id, self.name = model_id, name
+
+    def generate(self, messages, params):  # pragma: no cover - CachedBackend(replay) never calls it
+        from balms.models.base import BackendError
+
+        raise BackendError(f"{self.name}: replay-only backend was asked to compute a response")
+
+
+_CACHES: dict[str, object] = {}
+
+
+def shared_cache(path: str | Path | None = None):
+    """One ResponseCache per file per process (SQLite connections are shared under a lock)."""
+    from balms.models.cache import ResponseCache
+
+    p = str(Path(path) if path else default_cache_path())
+    if p not in _CACHES:
+        _CACHES[p] = ResponseCache(p)
+    return _CACHES[p]
+
+
+def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: str | Path | None = None, **overrides):
+    """Backend for a registry name (None -> default_model_name()), wrapped in the response cache."""
+    from balms.models.cache import CachedBackend
+
+    name = name or default_model_name()
+    if cache_mode == "replay":  # never calls the model: no server, key or model file needed
+        s = spec(name)
+        mid = overrides.get("model_id") or (os.environ.get("BALMS_ANTHROPIC_MODEL") if s.backend == "anthropic" else None)
+        raw = ReplayOnlyBackend(mid or s.model_id, s.name)
+        return CachedBackend(raw, shared_cache(cache_path), mode="replay")
+    raw = build_raw_backend(name, **overrides)
+    if cache_mode == "off":
+        return CachedBackend(raw, None, mode="off")
+    return CachedBackend(raw, shared_cache(cache_path), mode=cache_mode)
+
+
+def with_spec(name: str, **changes) -> ModelSpec:
+    """A copy of a spec with fields changed (e.g. a dated Anthropic model id), for callers that need one."""
+    return replace(spec(name), **changes)

@@ -1,0 +1,96 @@
+"""Per-call retries and timeout for any backend: exponential backoff with jitter on transient
+`BackendError`s (429, 5xx, 529 overload, timeouts, truncated bodies), honouring the server's retry-after.
+
+Retries live at the call level so a multi-step agent never redoes finished steps; the runner wraps the
+backend it hands to agents in a `RetryingBackend`.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Sequence
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from balms.models.base import BackendError, Completion, GenParams, Message
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, BackendError) and exc.transient
+
+
+class _WaitRetryAfter:
+    """Exponential backoff with full jitter, but never shorter than the server's retry-after."""
+
+    def __init__(self, initial: float, max_wait: float):
+        self._exp = wait_random_exponential(multiplier=initial, max=max_wait)
+        self.max_wait = max_wait
+
+    def __call__(self, state: RetryCallState) -> float:
+        wait = self._exp(state)
+        exc = state.outcome.exception() if state.outcome else None
+        ra = getattr(exc, "retry_after", None)
+        if ra is not None:
+            wait = max(wait, min(float(ra), self.max_wait))
+        return wait
+
+
+class RetryingBackend:
+    """Wrap a backend: `retries` extra attempts for transient errors; optional per-call timeout."""
+
+    def __init__(self, backend, *, retries: int = 4, timeout_s: float | None = None,
+                 initial_wait: float = 0.5, max_wait: float = 30.0, sleep=None):
+        self.backend = backend
+        self.model_id = backend.model_id
+        self.name = getattr(backend, "name", backend.model_id)
+        self.retries = retries
+        self.timeout_s = timeout_s
+        self.attempts = 0  # total calls made to the wrapped backend
+        self.retried = 0
+        self._lock = threading.Lock()
+        self._wait = _WaitRetryAfter(initial_wait, max_wait)
+        self._sleep = sleep
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="balms-call") if timeout_s else None
+
+    def __getattr__(self, item):  # expose stats() etc. of the wrapped backend
+        return getattr(self.backend, item)
+
+    def _once(self, messages: Sequence[Message], params: GenParams) -> Completion:
+        with self._lock:
+            self.attempts += 1
+        if self._pool is None:
+            return self.backend.generate(messages, params)
+        fut = self._pool.submit(self.backend.generate, messages, params)
+        try:
+            return fut.result(timeout=self.timeout_s)
+        except FutureTimeout:
+            raise BackendError(f"{self.model_id}: no response within {self.timeout_s:g} s", transient=True) from None
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        with self._lock:
+            self.retried += 1
+
+    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+        kwargs = {} if self._sleep is None else {"sleep": self._sleep}
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(is_transient),
+            before_sleep=self._before_sleep,
+            reraise=True,
+            **kwargs,
+        )
+        try:
+            return retrying(self._once, messages, params)
+        except BackendError as exc:
+            n = retrying.statistics.get("attempt_number", 1)
+            if exc.transient and n > 1:
+                raise BackendError(f"{exc} (gave up after {n} attempts)", transient=True,
+                                   retry_after=exc.retry_after) from exc
+            raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

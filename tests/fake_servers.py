@@ -1,0 +1,226 @@
+"""Loopback fakes for tests and benchmarks: an OpenAI-compatible chat server and an Anthropic Messages API
+server (stdlib ThreadingHTTPServer, port 0), each able to inject faults, plus an in-process fake backend.
+
+Faults are consumed one per request, in order: "429", "500", "503", "529", "timeout" (sleep longer than the
+client timeout), "truncated" (Content-Length larger than the body), "malformed" (not JSON),
+"missing_choices" (JSON without the expected fields). After the queue is empty every request succeeds.
+
+Run standalone (for benchmarks, in its own process so its CPU does not share the client's GIL):
+    python tests/fake_servers.py openai --latency 0.2     # prints the port on stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from balms.models.base import Completion, GenParams, Message  # noqa: E402
+
+
+def _echo_text(payload: dict) -> str:
+    """Deterministic answer derived from the request, so tests can check routing and caching."""
+    last = payload["messages"][-1]["content"] if payload.get("messages") else ""
+    h = hashlib.sha256(json.dumps(payload.get("messages"), sort_keys=True).encode()).hexdigest()[:8]
+    return f"echo:{h}:{last[:40]}"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 512
+
+
+class FakeServerBase:
+    kind = "base"
+
+    def __init__(self, *, latency: float = 0.0, faults=(), timeout_sleep: float = 3.0, retry_after: str | None = "0"):
+        self.latency = latency
+        self.faults: deque[str] = deque(faults)
+        self.timeout_sleep = timeout_sleep
+        self.retry_after = retry_after
+        self.requests: list[dict] = []
+        self.fault_log: list[str] = []
+        self.lock = threading.Lock()
+        self.httpd = _Server(("127.0.0.1", 0), self._handler())
+        self.port = self.httpd.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def next_fault(self) -> str | None:
+        with self.lock:
+            f = self.faults.popleft() if self.faults else None
+            if f:
+                self.fault_log.append(f)
+            return f
+
+    def respond(self, payload: dict) -> dict:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def error_body(self, status: int) -> dict:
+        return {"error": {"message": f"injected {status}", "type": "server_error"}}
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: bytes, headers: dict | None = None, length: int | None = None):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body) if length is None else length))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+                self.wfile.flush()
+
+            def do_GET(self):
+                body = json.dumps({"object": "list", "data": [{"id": "fake-model", "object": "model"}]}).encode()
+                self._send(200, body)
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                payload = json.loads(self.rfile.read(n) or b"{}")
+                with server.lock:
+                    server.requests.append(payload)
+                fault = server.next_fault()
+                if server.latency:
+                    time.sleep(server.latency)
+                if fault and fault.isdigit():
+                    status = int(fault)
+                    headers = {"retry-after": server.retry_after} if server.retry_after is not None else {}
+                    if status == 529:
+                        headers["x-should-retry"] = "true"
+                    self._send(status, json.dumps(server.error_body(status)).encode(), headers)
+                    return
+                if fault == "timeout":
+                    time.sleep(server.timeout_sleep)
+                body = json.dumps(server.respond(payload)).encode()
+                if fault == "truncated":
+                    self._send(200, body[: len(body) // 2], length=len(body))
+                    self.close_connection = True
+                    return
+                if fault == "malformed":
+                    body = b"<html>502 Bad Gateway</html>"
+                elif fault == "missing_choices":
+                    body = b'{"object": "chat.completion"}'
+                self._send(200, body)
+
+        return Handler
+
+
+class FakeOpenAIServer(FakeServerBase):
+    """`/v1/chat/completions` of the OpenAI protocol (what vllm serve and llama.cpp's server speak)."""
+
+    kind = "openai"
+
+    def respond(self, payload: dict) -> dict:
+        text = payload.get("x_reply") or _echo_text(payload)
+        return {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "model": payload.get("model"),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        }
+
+
+class FakeAnthropicServer(FakeServerBase):
+    """`/v1/messages` of the Anthropic Messages API."""
+
+    kind = "anthropic"
+
+    def error_body(self, status: int) -> dict:
+        etype = {429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+        return {"type": "error", "error": {"type": etype, "message": f"injected {status}"}}
+
+    def respond(self, payload: dict) -> dict:
+        return {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": payload.get("model"),
+            "content": [{"type": "text", "text": _echo_text(payload)}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 21, "output_tokens": 9},
+        }
+
+
+class FakeBackend:
+    """In-process deterministic backend: counts calls, optional latency and scripted exceptions."""
+
+    def __init__(self, model_id: str = "fake-model", *, latency: float = 0.0, errors=(), name: str = "fake"):
+        self.model_id = model_id
+        self.name = name
+        self.latency = latency
+        self.errors = deque(errors)
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def generate(self, messages, params: GenParams) -> Completion:
+        with self.lock:
+            self.calls += 1
+            err = self.errors.popleft() if self.errors else None
+        if self.latency:
+            time.sleep(self.latency)
+        if err is not None:
+            raise err
+        payload = {"messages": [m.to_dict() for m in messages]}
+        h = hashlib.sha256(json.dumps([payload, params.cache_key_fields()], sort_keys=True).encode()).hexdigest()
+        n = int(h[:8], 16) % 5 + 1
+        return Completion(text=f"Reasoning {h[:6]}. Answer: {n}", model_id=self.model_id,
+                          prompt_tokens=10 + len(messages[-1].content) // 4, completion_tokens=5,
+                          latency_s=self.latency)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind", choices=["openai", "anthropic"])
+    ap.add_argument("--latency", type=float, default=0.0)
+    args = ap.parse_args(argv)
+    cls = FakeOpenAIServer if args.kind == "openai" else FakeAnthropicServer
+    srv = cls(latency=args.latency)
+    print(srv.port, flush=True)
+    try:
+        srv.httpd.serve_forever(poll_interval=0.05)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
