@@ -22,7 +22,7 @@ class PromptAgentBase:
 
     cot: bool = False
     channels: object = None  # None/"all", a device ("wearable"), or a list of channel names
-    context: bool = True  # same-day self-report (e.g. PMData mood) in the prompt
+    context: object = True  # same-day self-report: True = dataset default (PMData mood), False, or names
     max_tokens: int | None = None  # default: prompts.ZERO_SHOT_MAX_TOKENS or COT_MAX_TOKENS
     temperature: float = 0.0
     seed: int = 0
@@ -38,7 +38,7 @@ class PromptAgentBase:
     def base_options(self) -> dict:
         return {
             "channels": channels_option(self.channels),
-            "context": bool(self.context),
+            "context": self.context if isinstance(self.context, bool) else list(self.context),
             "max_tokens": self.answer_max_tokens,
             "temperature": self.temperature,
             "seed": self.seed,

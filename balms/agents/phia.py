@@ -50,13 +50,10 @@ def extract_code(text: str) -> tuple[str | None, str]:
 
 
 def select_subday_channels(tables: DatasetTables, chans: list[Channel] | None) -> list[Channel]:
-    """Sub-day channels matching the daily selection: same names if any, else same devices."""
+    """Sub-day channels matching the daily selection: those of the selected devices (so the GLOBEM
+    Fitbit-only ablation drops phone segments too)."""
     if chans is None:
         return list(tables.subday_channels)
-    names = {c.name for c in chans}
-    by_name = [c for c in tables.subday_channels if c.name in names]
-    if by_name:
-        return by_name
     devices = {c.device for c in chans}
     return [c for c in tables.subday_channels if c.device in devices]
 
@@ -88,7 +85,7 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
 class PhiaAgent:
     cot: bool = False
     channels: object = None
-    context: bool = True
+    context: object = True  # as in Health-LLM: True = dataset default, False, or channel names
     executor: str = "faithful"
     max_iters: int = 10
     max_tokens: int | None = None  # per step; default prompts.PHIA_STEP_MAX_TOKENS
@@ -108,7 +105,8 @@ class PhiaAgent:
         return int(self.max_tokens) if self.max_tokens is not None else prompts.PHIA_STEP_MAX_TOKENS
 
     def options(self) -> dict:
-        opts = {"channels": channels_option(self.channels), "context": bool(self.context),
+        opts = {"channels": channels_option(self.channels),
+                "context": self.context if isinstance(self.context, bool) else list(self.context),
                 "executor": self.executor, "max_iters": int(self.max_iters),
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
                 "prompt_version": prompts.PROMPT_VERSION}
@@ -118,16 +116,19 @@ class PhiaAgent:
         return opts
 
     def _setup(self, sample: Sample, tables: DatasetTables):
-        chans = resolve_channels(tables, self.channels)
+        # PHIA's default is the user's full record: every daily channel (not the Health-LLM prompt set).
+        chans = resolve_channels(tables, "all" if self.channels is None else self.channels)
         window = get_window(tables, sample, context=self.context, channels=chans)
         frames = user_frames(tables, window, chans)
         schema = None
         if self.executor == "improved":
             from balms.agents.sandbox import schema_card
 
-            schema = schema_card(frames, channels=[*window.channels, *tables.subday_channels],
-                                 subday_unit=tables.subday_unit, window_start=sample.window_start,
-                                 window_end=sample.window_end)
+            t = tables.target
+            units = {c.name: c.unit for c in [*window.channels, *tables.subday_channels] if c.unit}
+            schema = schema_card(frames, target_desc=f"{t.label}, an integer from {t.scale_min} to "
+                                 f"{t.scale_max}" + (f" ({t.description})" if t.description else ""),
+                                 units=units)
         t = tables.target
         system = prompts.phia_system_prompt(t.scale_min, t.scale_max)
         user = prompts.phia_user_prompt(window, frames, executor=self.executor, context=self.context,

@@ -70,7 +70,7 @@ def answer_format(target: Target, cot: bool) -> str:
     )
 
 
-def _context_block(window: Window, context: bool) -> list[str]:
+def _context_block(window: Window, context) -> list[str]:
     if not context:
         return []
     text = render.render_context(window)
