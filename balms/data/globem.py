@@ -243,12 +243,12 @@ def load_globem(raw_dir: Path, *, label: str = "auto", source: str = "real",
                 raise DataError(lpath, "missing column", field=c)
         lab = pd.DataFrame({"user": ldf["pid"].str.strip(), "date": _dates(ldf["date"], lpath),
                             "label": _numeric(ldf[lab_name], lpath, lab_name)})
-        dropped["missing_label_rows_in_survey"] = dropped.get("missing_label_rows_in_survey", 0) + int(lab["label"].isna().sum())
+        # rows without this label (e.g. BDI2-only rows) stay as NaN: build_samples counts them as missing_label
         dupl = lab.duplicated(["user", "date"], keep="last")
         if dupl.any():
             dropped["duplicate_report"] = dropped.get("duplicate_report", 0) + int(dupl.sum())
             lab = lab[~dupl]
-        label_parts.append(lab.dropna(subset=["label"]))
+        label_parts.append(lab)
         # profiles: cohort and platform
         pp = cohort / "ParticipantsInfoData" / "platform.csv"
         users = sorted(set(wide.index.get_level_values(0)) | set(lab["user"]))

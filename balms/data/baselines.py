@@ -1,0 +1,105 @@
+"""Reference baselines with MAE: mean predictor (raw and rounded), per-user mean, last observed label,
+ridge and gradient boosting on window summary features (mean, last, slope, missing fraction per
+channel). These are the bars an agent has to clear; they see exactly the windows agents see.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from balms.data.samples import window_arrays
+from balms.data.schema import DatasetTables, Sample
+
+
+def summary_features(tables: DatasetTables, samples: list[Sample], channels: list[str] | None = None) -> pd.DataFrame:
+    """Per channel: window mean, last observed value, least-squares slope per day, missing fraction."""
+    names = channels or [c.name for c in tables.channels]
+    A = window_arrays(tables, samples, names)  # (n, L, C)
+    n, L, C = A.shape if A.size else (len(samples), samples[0].lookback if samples else 0, len(names))
+    obs = ~np.isnan(A)
+    cnt = obs.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(cnt > 0, np.nansum(A, axis=1) / np.maximum(cnt, 1), np.nan)
+        # last observed: index of the last non-NaN day
+        idx = np.where(obs, np.arange(L)[None, :, None], -1).max(axis=1)
+        last = np.take_along_axis(A, np.maximum(idx, 0)[:, None, :], axis=1)[:, 0, :]
+        last = np.where(idx >= 0, last, np.nan)
+        t = np.arange(L, dtype=float)[None, :, None]
+        tm = np.where(obs, t, np.nan)
+        tbar = (np.where(obs, t, 0.0).sum(axis=1) / np.maximum(cnt, 1))[:, None, :]
+        dt_ = np.where(obs, tm - tbar, 0.0)
+        dy = np.where(obs, A - mean[:, None, :], 0.0)
+        den = (dt_ ** 2).sum(axis=1)
+        slope = np.where(den > 0, (dt_ * dy).sum(axis=1) / np.where(den > 0, den, 1), np.nan)
+    miss = 1.0 - cnt / max(L, 1)
+    cols = {}
+    for j, c in enumerate(names):
+        cols[f"{c}__mean"], cols[f"{c}__last"] = mean[:, j], last[:, j]
+        cols[f"{c}__slope"], cols[f"{c}__missing"] = slope[:, j], miss[:, j]
+    return pd.DataFrame(cols, index=[s.sample_id for s in samples])
+
+
+def _labels_before(tables: DatasetTables, samples: list[Sample]) -> np.ndarray:
+    """The most recent in-range label strictly before each target day (NaN if none)."""
+    t = tables.target
+    lab = tables.labels.dropna(subset=["label"])
+    lab = lab[lab["label"].between(t.scale_min, t.scale_max)].sort_values("date")
+    out = np.full(len(samples), np.nan)
+    by_user = {u: (pd.to_datetime(g["date"]).to_numpy(), g["label"].to_numpy()) for u, g in lab.groupby("user")}
+    for i, s in enumerate(samples):
+        if s.user not in by_user:
+            continue
+        d, y = by_user[s.user]
+        k = np.searchsorted(d, np.datetime64(s.target_date, "ns"), side="left") - 1
+        if k >= 0:
+            out[i] = y[k]
+    return out
+
+
+def _mae(y, p) -> float:
+    return float(np.mean(np.abs(np.asarray(y, float) - np.asarray(p, float)))) if len(y) else float("nan")
+
+
+def run_baselines(samples_train: list[Sample], samples_test: list[Sample], tables: DatasetTables,
+                  *, seed: int = 0, channels: list[str] | None = None) -> pd.DataFrame:
+    """One row per baseline: name, mae (raw prediction), mae_rounded (integer, clipped to the scale),
+    prediction (for constant predictors), n_train, n_test."""
+    from sklearn.ensemble import GradientBoostingRegressor
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    tr, te = list(samples_train), list(samples_test)
+    ytr = np.array([s.label for s in tr], float)
+    yte = np.array([s.label for s in te], float)
+    lo, hi = tables.target.scale_min, tables.target.scale_max
+
+    def row(name, pred, constant=None, note=""):
+        pred = np.asarray(pred, float)
+        return dict(baseline=name, mae=_mae(yte, pred), mae_rounded=_mae(yte, np.clip(np.round(pred), lo, hi)),
+                    prediction=constant, n_train=len(tr), n_test=len(te), note=note)
+
+    rows = []
+    mu = float(ytr.mean()) if len(ytr) else float("nan")
+    rows.append(row("mean_predictor", np.full(len(te), mu), constant=mu, note="training-set mean label"))
+    per_user = pd.Series(ytr, index=[s.user for s in tr]).groupby(level=0).mean()
+    rows.append(row("per_user_mean", [per_user.get(s.user, mu) for s in te], note="user's training mean; global mean if unseen"))
+    last = _labels_before(tables, te)
+    rows.append(row("last_observed_label", np.where(np.isnan(last), mu, last),
+                    note="most recent label before the target day; training mean if none"))
+    if len(tr) >= 5 and len(te):
+        Xtr, Xte = summary_features(tables, tr, channels), summary_features(tables, te, channels)
+        keep = Xtr.columns[Xtr.notna().any()]
+        Xtr, Xte = Xtr[keep].to_numpy(), Xte[keep].to_numpy()
+        models = {
+            "ridge": make_pipeline(SimpleImputer(strategy="median"), StandardScaler(), Ridge(alpha=10.0)),
+            "gradient_boosting": make_pipeline(SimpleImputer(strategy="median"),
+                                               GradientBoostingRegressor(random_state=seed, n_estimators=200,
+                                                                         max_depth=2, learning_rate=0.05, subsample=0.8)),
+        }
+        for name, m in models.items():
+            m.fit(Xtr, ytr)
+            rows.append(row(name, m.predict(Xte), note="window summary features (mean, last, slope, missing)"))
+    return pd.DataFrame(rows)

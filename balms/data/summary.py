@@ -1,0 +1,102 @@
+"""Per-dataset summary (users, samples, label counts, every filter count, baseline MAEs) and the
+`make data` step that writes data/processed/<dataset>/samples.parquet and tables/data_summary.csv.
+
+    python -m balms.data.summary --all          # every dataset (real where present, else synthetic)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from balms import paths
+from balms.data.baselines import run_baselines
+from balms.data.loading import load_dataset, load_from_dir
+from balms.data.samples import build_samples, split_target_days
+
+# The paper's Table 5 / Section 4.1 figures, printed beside ours.
+PAPER = {"pmdata": (1448, 0.48), "globem": (1640, 0.80), "diversityone": (1355, 0.58)}
+
+
+def summarise(tables, samples, *, seed: int = 0) -> dict:
+    train, test = split_target_days(samples, seed=seed)
+    base = run_baselines(train, test, tables, seed=seed) if len(train) and len(test) else pd.DataFrame()
+    mp = base.set_index("baseline").loc["mean_predictor"] if len(base) else None
+    paper_n, paper_mae = PAPER.get(tables.name, (None, None))
+    return {
+        "dataset": tables.name,
+        "source": tables.source,
+        "raw_dir": tables.raw_dir,
+        "target": tables.target.name,
+        "scale": [tables.target.scale_min, tables.target.scale_max],
+        "lookback": samples.lookback,
+        "n_users": len({s.user for s in samples}),
+        "n_samples": len(samples),
+        "n_label_rows": samples.n_label_rows,
+        "label_counts": {str(k): int(v) for k, v in samples.label_counts().items()},
+        "dropped": {k: int(v) for k, v in samples.dropped.items()},
+        "loader_counts": {k: int(v) for k, v in tables.dropped.items()},
+        "sample_rules": samples.params,
+        "split": {"kind": "target_days", "test_frac": 0.3, "seed": seed, "n_train": len(train), "n_test": len(test)},
+        "mean_predictor_mae": None if mp is None else round(float(mp["mae"]), 4),
+        "mean_predictor_mae_rounded": None if mp is None else round(float(mp["mae_rounded"]), 4),
+        "mean_prediction": None if mp is None else round(float(mp["prediction"]), 4),
+        "baselines": {r.baseline: {"mae": round(float(r.mae), 4), "mae_rounded": round(float(r.mae_rounded), 4)}
+                      for r in base.itertuples()},
+        "paper_n_samples": paper_n,
+        "paper_mean_predictor_mae": paper_mae,
+        "n_channels": len(tables.channels),
+        "n_catalogue_columns": None if tables.catalogue is None else int(len(tables.catalogue)),
+    }
+
+
+def dataset_summary(name: str, raw=None, *, seed: int = 0, return_samples: bool = False, **opts):
+    """Summary dict for one dataset. `raw`: an explicit raw folder (for GLOBEM one cohort or a
+    folder of cohorts); None = BALMS_RAW_DIR/<name>, else the synthetic cohort."""
+    tables = load_from_dir(name, Path(raw), **opts) if raw else load_dataset(name, **opts)
+    samples = build_samples(tables)
+    out = summarise(tables, samples, seed=seed)
+    return (out, samples) if return_samples else out
+
+
+def write_all(datasets=paths.DATASETS, raw_root: Path | None = None) -> pd.DataFrame:
+    rows = []
+    for name in datasets:
+        summ, samples = dataset_summary(name, None if raw_root is None else Path(raw_root) / name, return_samples=True) \
+            if raw_root and (Path(raw_root) / name).is_dir() else dataset_summary(name, return_samples=True)
+        out = paths.processed_dir() / name
+        out.mkdir(parents=True, exist_ok=True)
+        samples.to_frame().to_parquet(out / "samples.parquet", index=False)
+        (out / "summary.json").write_text(json.dumps(summ, indent=1, default=str))
+        flat = {k: v for k, v in summ.items() if k not in ("baselines", "sample_rules", "split", "scale")}
+        for k in ("label_counts", "dropped", "loader_counts"):
+            flat[k] = json.dumps(flat[k])
+        for b, v in summ["baselines"].items():
+            flat[f"mae_{b}"] = v["mae"]
+        rows.append(flat)
+        print(f"{name:13s} {summ['source']:9s} users={summ['n_users']:4d} samples={summ['n_samples']:5d} "
+              f"(paper {summ['paper_n_samples']}) mean-predictor MAE={summ['mean_predictor_mae']} "
+              f"(paper {summ['paper_mean_predictor_mae']}) dropped={summ['dropped']}")
+    df = pd.DataFrame(rows)
+    paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
+    df.to_csv(paths.TABLES_DIR / "data_summary.csv", index=False)
+    return df
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--all", action="store_true", help="every dataset")
+    ap.add_argument("--dataset", action="append", choices=paths.DATASETS)
+    ap.add_argument("--raw-root", type=Path, default=None, help="folder with pmdata/ globem/ diversityone/")
+    a = ap.parse_args(argv)
+    names = paths.DATASETS if a.all or not a.dataset else a.dataset
+    write_all(names, a.raw_root)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
