@@ -22,8 +22,14 @@ SMOKE_PROFILES = {"smoke"}
 
 
 def output_dirs(profile: str) -> tuple[Path, Path]:
-    """demo/paper write the committed `tables/` and `figures/`; the smoke profile (CI) writes to build/."""
-    if profile in SMOKE_PROFILES:
+    """demo/paper write the committed `tables/` and `figures/`; the smoke profile (CI) writes to build/.
+    `BALMS_OUTPUT_DIR` redirects everything (tests use it)."""
+    import os
+
+    if os.environ.get("BALMS_OUTPUT_DIR"):
+        root = Path(os.environ["BALMS_OUTPUT_DIR"]) / profile
+        t, f = root / "tables", root / "figures"
+    elif profile in SMOKE_PROFILES:
         root = paths.PROJECT_ROOT / "build" / profile
         t, f = root / "tables", root / "figures"
     else:
