@@ -1,0 +1,54 @@
+"""`balms run`: one cell of the benchmark from the shell, the same code path the notebooks use.
+
+    balms run --dataset pmdata --system healthllm --model qwen2.5-coder-1.5b --n 10 --cot
+    balms run --dataset globem --system phia --model Qwen2.5-14B-Instruct --option executor=improved --n 0
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def _parse_option(text: str):
+    if "=" not in text:
+        raise SystemExit(f"--option expects key=value, got {text!r}")
+    k, v = text.split("=", 1)
+    try:
+        return k, json.loads(v)
+    except json.JSONDecodeError:
+        return k, v
+
+
+def _run(args) -> int:
+    from balms import experiments as ex
+
+    cfg = ex.ExperimentConfig(profile=args.profile, n_samples=args.n, seed=args.seed, cache_mode=args.cache_mode,
+                              concurrency=args.concurrency, raw_root=args.raw,
+                              **({"phia_max_iters": args.max_iters} if args.max_iters else {}))
+    recs = ex.run_cell(cfg, args.dataset, args.system, args.model, cot=args.cot, lookback=args.lookback,
+                       options=dict(_parse_option(o) for o in args.option))
+    import pandas as pd
+
+    df = pd.DataFrame([r.model_dump(exclude={"transcript"}) for r in recs])
+    row = ex.summarize(df).iloc[0].to_dict() if len(df) else {"n": 0}
+    print(json.dumps(row, default=str) if args.json else pd.Series(row).to_string())
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run one (dataset, system, model) cell with the cache and resumable records")
+    p.add_argument("--dataset", required=True, choices=["diversityone", "pmdata", "globem"])
+    p.add_argument("--system", required=True, choices=["healthllm", "rag", "raptor", "phia"])
+    p.add_argument("--model", required=True, help="registry name (balms models list)")
+    p.add_argument("--cot", action="store_true", help="chain-of-thought variant")
+    p.add_argument("--n", type=int, default=6, help="evaluation samples (0 = all test samples)")
+    p.add_argument("--lookback", type=int, default=None)
+    p.add_argument("--option", action="append", default=[], help="agent option key=value (JSON values allowed)")
+    p.add_argument("--max-iters", type=int, default=None, help="PHIA iteration budget")
+    p.add_argument("--profile", default="cli", help="runs/<profile>/ folder for the records")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache-mode", default="rw", choices=["rw", "replay", "off"])
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--raw", default=None, help="raw data root (default BALMS_RAW_DIR or data/raw)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_run)
