@@ -65,8 +65,8 @@ class GroundingReport(BaseModel):
     n_day_cited: int = 0  # claims that cite a day
     correct_day: int = 0  # claims that cite a day and are supported
     value_match: int = 0  # claims whose values all exist in the channel (any day)
-    n_trends: int = 0
-    n_multiday_trends: int = 0
+    n_trends: int = 0  # multi-day trends: from->to end points more than one day apart (the paper's count)
+    n_changes: int = 0  # other from->to statements (day-to-day changes, or end days unresolved)
     claims: list[ClaimCheck] = Field(default_factory=list)
 
     def summary(self) -> dict:
@@ -258,15 +258,15 @@ def _day_tokens(text: str, n: int, dates: list[dt.date] | None) -> list[_Tok]:
 
     low = text.lower()
     # ranges: "days 11-13", "day 11 - day 13", "days 1 to 5", "day 1 to day 5"
-    for m in re.finditer(r"\bdays?\s+(\d+)" + _DASH + r"(?:day\s+)?(\d+)(?![.\d])", low):
+    for m in re.finditer(r"\bdays?\s+(\d+)" + _DASH + r"(?:day\s+)?(\d+)(?!\.?\d)", low):
         a, b = int(m.group(1)), int(m.group(2))
         add(m, list(range(a, b + 1)) if a <= b else None, "range")
     for m in re.finditer(r"\b(?:days\s+(\d+)\s+(?:to|through|until)\s+(?:day\s+)?(\d+)|day\s+(\d+)\s+(?:to|through|until)"
-                         r"\s+day\s+(\d+))(?![.\d])", low):
+                         r"\s+day\s+(\d+))(?!\.?\d)", low):
         a, b = (int(x) for x in (m.group(1, 2) if m.group(1) else m.group(3, 4)))
         add(m, list(range(a, b + 1)) if a <= b else None, "range")
     # lists: "days 3, 10, and 11", "days 3 and 10"
-    for m in re.finditer(r"\bdays\s+(\d+(?:\s*,\s*\d+)*(?:\s*,?\s*(?:and|&)\s*\d+))(?![.\d])", low):
+    for m in re.finditer(r"\bdays\s+(\d+(?:\s*,\s*\d+)*(?:\s*,?\s*(?:and|&)\s*\d+))(?!\.?\d)", low):
         add(m, [int(x) for x in re.findall(r"\d+", m.group(1))], "list")
     # "last 3 days", "past three days", "first 4 days"
     for m in re.finditer(r"\b(?:the\s+)?(last|past|final|previous|recent|most recent|first|initial|opening)\s+"
@@ -284,7 +284,7 @@ def _day_tokens(text: str, n: int, dates: list[dt.date] | None) -> list[_Tok]:
         add(m, [1], "relative")
     for m in re.finditer(r"\b(\d+)(?:st|nd|rd|th)\s+day\b", low):
         add(m, [int(m.group(1))], "single")
-    for m in re.finditer(r"\bday\s+(\d+)(?![.\d])", low):
+    for m in re.finditer(r"\bday\s+(\d+)(?!\.?\d)", low):
         add(m, [int(m.group(1))], "single")
     for m in re.finditer(r"\b(\d{4}-\d{2}-\d{2})\b", low):
         d = dt.date.fromisoformat(m.group(1))
@@ -297,7 +297,7 @@ def _day_tokens(text: str, n: int, dates: list[dt.date] | None) -> list[_Tok]:
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _UNIT_RE = r"\s*(%|percent|minutes?|mins?|hours?|hrs?|seconds?|secs?|steps?|bpm|calls?|devices?|kcal|calories)\b|\s*(%)"
-_AGG_BEFORE = re.compile(r"\b(?:average|avg|mean|median|typical(?:ly)?|baseline|averaging|averaged)\b[^\d]{0,20}$", re.I)
+_AGG_BEFORE = re.compile(r"\b(?:average|avg|mean|median|typical(?:ly)?|baseline|averaging|averaged)\b[^\d.]{0,40}$", re.I)
 _LABEL_BEFORE = re.compile(r"(?:score|level|label|rating|answer|predict\w*|phq-?\d?|scale|estimate)\W*(?:of|is|at|as|=|:|to|be)?\W*$", re.I)
 _REL_AFTER = re.compile(r"^\s*(?:%|percent)\s*(?:lower|higher|more|less|increase|decrease|drop|reduction|rise|decline|change|above|below)", re.I)
 
@@ -310,7 +310,8 @@ def _value_tokens(text: str, day_spans: list[tuple[int, int]]) -> list[_Tok]:
         if any(a <= s < b for a, b in day_spans):
             continue
         after, before = text[e:e + 30], text[max(0, s - 30):s]
-        if re.match(r"\s*(?:-|–)?\s*(?:day|week|month|hour|point|item)s?\b", after, re.I) and not m.group(4):
+        if not m.group(4) and (re.match(r"\s*(?:-|–)\s*(?:day|week|month|hour|point|item)s?\b", after, re.I)
+                               or re.match(r"\s+(?:days|weeks|months)\b", after, re.I)):
             continue  # "14-day period", "over 14 days": durations, not values
         if re.match(r"\s*(?:/\s*\d|out of\b)", after, re.I) or (_LABEL_BEFORE.search(before) and not re.match(_UNIT_RE, after)):
             continue  # the label itself ("score of 2", "3/5"), not a sensing value
@@ -490,8 +491,8 @@ def check_rationale(rationale: str, window, *, n_days: int | None = None,
         report.n_day_cited += c.day_cited
         report.correct_day += c.day_cited and c.status == "supported"
         report.value_match += c.status in ("supported", "wrong_day", "wrong_direction")
-        report.n_trends += c.kind == "trend"
-        report.n_multiday_trends += c.kind == "trend" and c.multiday
+        report.n_trends += c.kind == "trend" and c.multiday
+        report.n_changes += c.kind == "trend" and not c.multiday
     return report
 
 

@@ -1,0 +1,171 @@
+"""`balms judge ...`: the grounding checker on a case file, and the LLM judge over a run's records.
+
+    balms judge ground --case balms/resources/case_study_d1.json --json
+    balms judge run --records runs/x.jsonl --model smollm2-135m --out runs/x.judge.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+from balms.data.schema import DataError
+
+
+def load_case(path: Path) -> dict:
+    """A case file shaped like balms/resources/case_study_d1.json, validated with errors naming the field."""
+    try:
+        case = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(path, f"cannot read JSON: {exc}") from exc
+    if not isinstance(case.get("window"), dict) or not case["window"]:
+        raise DataError(path, "expected a non-empty object {label: {'unit': str, 'values': [..]}}", field="window")
+    lengths = set()
+    for label, spec in case["window"].items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("values"), list):
+            raise DataError(path, "expected {'unit': str, 'values': [numbers or null]}", field=f"window.{label}")
+        bad = [v for v in spec["values"] if v is not None and not isinstance(v, (int, float))]
+        if bad:
+            raise DataError(path, f"non-numeric value {bad[0]!r}; expected numbers or null", field=f"window.{label}.values")
+        lengths.add(len(spec["values"]))
+    if len(lengths) != 1:
+        raise DataError(path, f"channels have different lengths {sorted(lengths)}", field="window")
+    if not isinstance(case.get("rationales"), dict):
+        raise DataError(path, "expected an object {name: {'text': str, ...}}", field="rationales")
+    for name, r in case["rationales"].items():
+        if not isinstance(r, dict) or not isinstance(r.get("text"), str):
+            raise DataError(path, "expected {'text': str, ...}", field=f"rationales.{name}")
+    return case
+
+
+def ground_case(case: dict) -> dict:
+    """Per rationale: the grounding summary, the claims, and the paper's hand audit when the file has one."""
+    from balms.judges.grounding import check_rationale
+
+    n = len(next(iter(case["window"].values()))["values"])
+    dates = None
+    if case.get("window_start"):
+        start = dt.date.fromisoformat(case["window_start"])
+        dates = [start + dt.timedelta(days=i) for i in range(n)]
+    out = {}
+    for name, r in case["rationales"].items():
+        rep = check_rationale(r["text"], case["window"], n_days=n, dates=dates)
+        out[name] = {"prediction": r.get("prediction"), **rep.summary(),
+                     "claims": [c.model_dump() for c in rep.claims]}
+        if "paper_audit" in r:
+            out[name]["paper_audit"] = r["paper_audit"]
+    return out
+
+
+def _fmt_claim(c: dict) -> str:
+    vals = ", ".join(
+        ("NaN" if v["value"] is None else format(v["value"], "g"))
+        + (f" day {v['cited_days']}" if v["cited_days"] else "")
+        + (f" (found on {v['found_days']})" if v["status"] == "wrong_day" else "")
+        for v in c["values"])
+    extra = f" trend {c['direction']} days {c['trend_days']}" if c["kind"] == "trend" else ""
+    return f"    [{c['status']}] {c['kind']} {c['channel']}: {vals}{extra}"
+
+
+def _ground(args) -> int:
+    try:
+        res = ground_case(load_case(Path(args.case)))
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(res, indent=1, default=str))
+        return 0
+    for name, r in res.items():
+        print(f"{name}: {r['n_claims']} claims, {r['value_match']} values found, {r['n_day_cited']} cite a day: "
+              f"{r['correct_day']} correct day, {r['wrong_day']} wrong day; value not found {r['value_not_found']}, "
+              f"unverifiable {r['unverifiable']}; multi-day trends {r['n_trends']} (other changes {r['n_changes']})")
+        for c in r["claims"]:
+            print(_fmt_claim(c))
+        if "paper_audit" in r:
+            print(f"    paper: {json.dumps(r['paper_audit'])}")
+    return 0
+
+
+def _window_fn():
+    """record -> Window, rebuilt from the dataset (the same window the agent saw, by default window rules)."""
+    from balms.data.loading import load_dataset
+    from balms.data.samples import sample_from_row, window_of
+
+    tables = {}
+
+    def fn(rec):
+        if rec.dataset not in tables:
+            tables[rec.dataset] = load_dataset(rec.dataset)
+        target = dt.date.fromisoformat(rec.target_date)
+        end = target if rec.options.get("include_target_day") else target - dt.timedelta(days=1)
+        sample = sample_from_row({"dataset": rec.dataset, "user": rec.user, "target_date": target, "label": rec.label,
+                                  "lookback": rec.lookback, "window_end": end,
+                                  "window_start": end - dt.timedelta(days=rec.lookback - 1), "source": rec.source})
+        chans = rec.options.get("channels")
+        return window_of(tables[rec.dataset], sample, context=rec.options.get("context", True),
+                         channels=list(chans) if isinstance(chans, (list, tuple)) else None)
+
+    return fn
+
+
+def _run(args) -> int:
+    from balms.judges.llm_judge import aggregate_judgements, judge_records
+    from balms.models.registry import get_backend
+    from balms.records import PredictionRecord
+
+    path = Path(args.records)
+    recs = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            recs.append(PredictionRecord.model_validate_json(line))
+        except ValueError as exc:
+            raise DataError(path, f"not a PredictionRecord: {str(exc)[:200]}", row=i) from exc
+    if args.limit:
+        recs = recs[: args.limit]
+    backend = get_backend(args.model, cache_mode=args.cache_mode)
+    out = Path(args.out) if args.out else path.with_name(path.stem + ".judge.jsonl")
+    results, window_fn = [], _window_fn()
+    with out.open("w") as fh:  # one verdict per line as it is made: nothing lost on a crash
+        for rec in recs:
+            res = judge_records([rec], window_fn, backend)[0]
+            results.append(res)
+            fh.write(res.model_dump_json() + "\n")
+            fh.flush()
+    agg = aggregate_judgements(results)
+    summary = {k: (v.to_dict(orient="index") if hasattr(v, "to_dict") else v) for k, v in agg.items()}
+    summary["out"] = str(out)
+    print(json.dumps(summary, indent=1, default=str) if args.json else
+          f"{agg['n']} rationales, {agg['n_scored']} scored, {agg['n_unscored']} unscored {agg['unscored_by_reason']}; "
+          f"Tier-1 headline {agg['tier1_headline']:.3f} ({agg['tier1_headline_note']}); verdicts in {out}\n"
+          f"{agg['tier1'].round(3)}\n{agg['tier2'].round(3)}")
+    return 0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("judge", help="rationale grounding checker and LLM judge")
+    sub = p.add_subparsers(dest="judge_command", required=True)
+    g = sub.add_parser("ground", help="fact-check every numeric claim of the rationales in a case file")
+    g.add_argument("--case", required=True, help="JSON shaped like balms/resources/case_study_d1.json")
+    g.add_argument("--json", action="store_true", help="print JSON")
+    g.set_defaults(func=_ground)
+    r = sub.add_parser("run", help="LLM-judge every rationale of a run (records JSONL)")
+    r.add_argument("--records", required=True)
+    r.add_argument("--model", default=None, help="judge model registry name (default: the embedded model)")
+    r.add_argument("--out", default=None, help="verdicts JSONL (default: <records>.judge.jsonl)")
+    r.add_argument("--limit", type=int, default=0)
+    r.add_argument("--cache-mode", default="rw", choices=["rw", "replay", "off"])
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_run)
+
+
+def main(argv=None) -> int:  # pragma: no cover - convenience
+    parser = argparse.ArgumentParser(prog="balms")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)

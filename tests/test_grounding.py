@@ -1,0 +1,183 @@
+"""Grounding checker: the paper's Table 8 audit end-to-end, plus one hand-written rationale per claim form."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from importlib import resources
+
+import pandas as pd
+import pytest
+
+from balms.data.schema import Channel, Sample, Target, Window
+from balms.judges.grounding import check_rationale, value_matches
+
+
+@pytest.fixture(scope="module")
+def case():
+    return json.loads((resources.files("balms") / "resources" / "case_study_d1.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def win(case):
+    return case["window"]
+
+
+def one(text, window, **kw):
+    rep = check_rationale(text, window, n_days=14, **kw)
+    assert rep.n_claims == 1, [c.model_dump() for c in rep.claims]
+    return rep.claims[0]
+
+
+# ---------------------------------------------------------------- the paper's Table 8, end to end
+
+
+def test_table8_qwen_two_wrong_day_claims(case):
+    r = case["rationales"]["Qwen2.5-7B-Instruct"]
+    rep = check_rationale(r["text"], case["window"], n_days=14)
+    assert rep.n_claims == 4
+    assert rep.value_match == 4  # paper: sensor values 4/4
+    assert rep.correct_day == 2 and rep.wrong_day == 2  # paper: correct day 2/4
+    assert rep.n_trends == 0 and rep.n_changes == 1  # the 93% -> 89% efficiency change is day 7 -> 8 only
+    wrong = {c.channel: (c.values[0].value, c.values[0].cited_days, c.values[0].found_days)
+             for c in rep.claims if c.status == "wrong_day"}
+    assert wrong == {"Sleep Minutes": (139.0, [2], [3]), "Screen Unlock Duration": (334.202, [10], [12])}
+
+
+def test_table8_claude_no_wrong_day_one_multiday_trend(case):
+    r = case["rationales"]["Claude-Haiku-4.5"]
+    rep = check_rationale(r["text"], case["window"], n_days=14)
+    assert rep.wrong_day == 0 and rep.value_not_found == 0
+    assert rep.n_claims == 4 and rep.correct_day == 4  # paper: 4/4, 4/4
+    trends = [c for c in rep.claims if c.kind == "trend"]
+    assert len(trends) == 1 and rep.n_trends == 1 and rep.n_changes == 0
+    t = trends[0]
+    assert t.channel == "Location Entropy" and t.direction == "decrease" and t.trend_days == (3, 14)
+    assert [v.value for v in t.values] == [1.79, 0.85]
+
+
+# ---------------------------------------------------------------- value matching
+
+
+@pytest.mark.parametrize("claim,dec,shown,ok", [
+    (334.202, 3, "334.2", True),  # more precision than shown
+    (1.79, 2, "1.8", True),  # coarser display wins
+    (254.0, 0, "254.8", True),  # truncation
+    (255.0, 0, "254.8", True),  # rounding
+    (253.0, 0, "254.8", False),
+    (139.0, 0, "140", False),
+    (4663.0, 0, "NaN", False),
+])
+def test_value_matches(claim, dec, shown, ok):
+    assert value_matches(claim, dec, shown) is ok
+
+
+# ---------------------------------------------------------------- claim forms
+
+
+def test_single_day_supported_wrong_day_and_not_found(win):
+    assert one("Steps were 4663 on day 4.", win).status == "supported"
+    c = one("Sleep was only 224 minutes on day 3.", win)
+    assert c.status == "wrong_day" and c.values[0].found_days == [10]
+    c = one("Steps peaked at 20000 on day 2.", win)
+    assert c.status == "value_not_found"
+
+
+def test_thousands_separator_and_ordinal_day(win):
+    assert one("On the 4th day the user walked 4,663 steps.", win).status == "supported"
+
+
+def test_day_range_pairs_values(win):
+    c = one("Steps collapsed on days 11-13 (920, NaN, NaN).", win)
+    assert c.kind == "list" and c.status == "supported"
+    assert [v.cited_days for v in c.values] == [[11], [12], [13]]
+    c = one("Steps collapsed on days 10-12 (920, NaN, NaN).", win)
+    assert c.status == "wrong_day"
+
+
+def test_day_list_respectively(win):
+    c = one("Sleep was short on days 3, 10 and 11 (139, 224 and NaN minutes respectively).", win)
+    assert c.status == "supported" and [v.cited_days for v in c.values] == [[3], [10], [11]]
+    c = one("Sleep was short on days 3, 10 and 11 (224, 139 and NaN minutes respectively).", win)
+    assert c.status == "wrong_day"
+
+
+def test_last_k_days(win):
+    assert one("Screen time stayed high in the last 3 days (334 seconds).", win).status == "supported"
+    c = one("Over the past three days steps reached 12104.", win)
+    assert c.status == "wrong_day" and c.values[0].cited_days == [12, 13, 14] and c.values[0].found_days == [1]
+
+
+def test_value_range_on_days(win):
+    assert one("Screen unlock duration was 254-334 seconds on days 11-13.", win).status == "supported"
+    c = one("Screen unlock duration was 60-164 seconds on days 11-13.", win)
+    assert c.kind == "range" and c.status == "wrong_day"
+
+
+def test_weekday_and_iso_date_need_dates(win):
+    dates = [dt.date(2018, 4, 18) + dt.timedelta(days=i) for i in range(14)]  # day 3 = Friday 2018-04-20
+    assert one("On Friday sleep was 139 minutes.", win, dates=dates).status == "supported"
+    assert one("On Monday sleep was 139 minutes.", win, dates=dates).status == "wrong_day"
+    assert one("On 2018-04-20 sleep was 139 minutes.", win, dates=dates).status == "supported"
+    assert one("On 2018-04-21 sleep was 139 minutes.", win, dates=dates).status == "wrong_day"
+    c = one("On Friday sleep was 139 minutes.", win)
+    assert c.status == "unverifiable" and "dates" in c.note
+
+
+def test_trends_direction_and_endpoints(win):
+    c = one("Location entropy decreased from 1.52 on day 1 to 0.85 on day 14.", win)
+    assert c.kind == "trend" and c.status == "supported" and c.multiday and c.trend_days == (1, 14)
+    c = one("Location entropy increased from 1.52 on day 1 to 0.85 on day 14.", win)
+    assert c.status == "wrong_direction"
+    c = one("Sleep dropped from 470 on day 4 to 139 on day 10.", win)
+    assert c.status == "wrong_day" and c.values[1].found_days == [3]
+    c = one("Sleep efficiency fell from 97% to 88%.", win)  # no days: end points exist, 97 (day 3) before 88 (day 10)
+    assert c.status == "supported" and c.trend_days == (3, 10) and c.multiday
+    c = one("Sleep efficiency fell from 99% to 88%.", win)
+    assert c.status == "value_not_found"
+
+
+def test_unit_conversion_hours_to_minutes(win):
+    assert one("The user slept only 2.3 hours on day 3.", win).status == "supported"
+    assert one("The user slept only 2.3 hours on day 4.", win).status == "wrong_day"
+
+
+def test_average_claims(win):
+    c = one("Average sleep efficiency was 92% over days 1-10.", win)
+    assert c.kind == "aggregate" and c.status == "supported"
+    assert one("Steps averaged 5000 per day.", win).status == "value_not_found"
+
+
+def test_unattributed_relative_and_label_numbers(win):
+    c = one("The value was 42 on day 3.", win)
+    assert c.channel is None and c.status == "unverifiable"
+    c = one("Steps dropped by 60% on day 4.", win)
+    assert c.kind == "relative" and c.status == "unverifiable"
+    rep = check_rationale("Overall I predict an anxiety score of 2 on the PHQ-4 scale, over the 14-day window.",
+                          win, n_days=14)
+    assert rep.n_claims == 0
+
+
+def test_two_channels_in_one_sentence_keep_their_days(win):
+    rep = check_rationale("Sleep was 139 minutes on day 3, and on day 4 steps were 4663.", win, n_days=14)
+    assert [(c.channel, c.status) for c in rep.claims] == [("Sleep Minutes", "supported"), ("Steps", "supported")]
+
+
+def test_n_days_mismatch_is_an_error(win):
+    with pytest.raises(ValueError, match="n_days=7"):
+        check_rationale("Steps 4663 on day 4.", win, n_days=7)
+
+
+def test_window_object_uses_canonical_rounding_and_dates():
+    dates = pd.date_range("2024-01-01", periods=3)  # Monday, Tuesday, Wednesday
+    chans = [Channel("steps", "Steps", "steps", "wearable", decimals=0),
+             Channel("resting_hr", "Resting Heart Rate", "bpm", "wearable", decimals=1)]
+    daily = pd.DataFrame({"steps": [4663.4, 8000.0, float("nan")], "resting_hr": [53.7411, 55.0, 54.26]}, index=dates)
+    sample = Sample("pmdata", "p01", dt.date(2024, 1, 4), 3, 3, dt.date(2024, 1, 1), dt.date(2024, 1, 3))
+    w = Window(sample, Target("stress", "stress level", 1, 5), daily, chans)
+    rep = check_rationale("On Monday steps were 4663, resting heart rate was 53.7 bpm on day 1 and 54.3 bpm on "
+                          "Wednesday; steps were missing yesterday (NaN).", w, n_days=3)
+    statuses = {(c.channel, c.status) for c in rep.claims}
+    assert statuses == {("Steps", "supported"), ("Resting Heart Rate", "supported")}, rep.claims
+    rep = check_rationale("Resting heart rate was 53.74 bpm on Tuesday.", w, n_days=3)
+    assert rep.claims[0].status == "wrong_day" and rep.claims[0].values[0].found_days == [1]
