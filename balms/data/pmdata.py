@@ -333,7 +333,7 @@ def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
     parts = [_stage_slots(stages)]
     if step_slots is not None:
         parts.append(step_slots)
-    sub = pd.concat([p.set_index("slot_start") for p in parts if len(p)], axis=1) if any(len(p) for p in parts) else None
+    sub = pd.concat([p.set_index("slot_start") for p in parts if len(p)], axis=1, sort=True) if any(len(p) for p in parts) else None
     if sub is not None:
         sub = sub.groupby(level=0).sum(min_count=1).reset_index()
         sub.insert(0, "user", user)
