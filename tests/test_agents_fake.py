@@ -1,0 +1,184 @@
+"""Agents end to end on REAL PMData/GLOBEM windows with scripted backends: prompts, options, records.
+
+The model is faked (its replies are scripted) so these tests check the harness: what each agent
+sends, how it parses, and that every record is complete. Real-model runs are in test_agents_smollm.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_fakes import ScriptedBackend, samples_of, use_hash_embedder
+from balms.agents import prompts
+from balms.agents.registry import SYSTEMS, agent_options, make_agent
+from balms.models.seeds import sample_seed
+
+
+@pytest.fixture(scope="module")
+def pm(pmdata_dir):
+    tables, samples = samples_of("real", "pmdata")
+    return tables, samples
+
+
+@pytest.fixture(scope="module")
+def gl(globem_dir):
+    tables, samples = samples_of("real", "globem")
+    return tables, samples
+
+
+@pytest.fixture()
+def cheap(monkeypatch, isolated_cache):
+    use_hash_embedder(monkeypatch)
+
+
+def _complete(rec, sample, system):
+    assert rec.sample_id == sample.sample_id and rec.system == system
+    assert rec.label == sample.label and rec.target_date == sample.target_date.isoformat()
+    assert rec.model_id and rec.model == "fake"
+    assert rec.n_steps >= 1 and rec.prompt_tokens > 0 and rec.completion_tokens > 0
+    assert rec.latency_s > 0
+    assert rec.transcript and rec.transcript[0].kind in ("prompt", "retrieval", "summary")
+    assert rec.raw_answer
+    assert (rec.prediction is None) == (rec.parse_error is not None)
+
+
+def test_healthllm_zero_shot_prompt_follows_method(pm):
+    tables, samples = pm
+    s = samples[0]
+    be = ScriptedBackend(["Answer: 4"])
+    rec = make_agent("healthllm").predict(s, tables, be)
+    _complete(rec, s, "healthllm")
+    assert rec.prediction == 4 and rec.rationale == ""
+    msgs, params = be.calls[0]
+    assert msgs[0].role == "system" and msgs[0].content == prompts.SYSTEM_PROMPT
+    user = msgs[1].content
+    assert "an integer from 1 to 5" in user and "0 to 5" not in user
+    assert user.count("\n- ") == 4  # the four Health-LLM channels, one line each
+    for cap in ("Steps (steps): [", "Calories burned (kcal): [", "Resting heart rate (bpm): [",
+                "Sleep minutes (minutes): ["):
+        assert cap in user
+    assert "User profile: age" in user
+    assert "reported mood" in user and "fatigue" not in user.lower()
+    assert user.rstrip().endswith("Do not explain.") and "'Answer: <int>'" in user
+    assert params.max_tokens == prompts.ZERO_SHOT_MAX_TOKENS
+    assert params.seed == sample_seed(s.sample_id, 0)
+
+
+def test_healthllm_cot_rationale_and_budget(pm):
+    tables, samples = pm
+    s = samples[1]
+    reply = "Sleep on day 14 was 325 minutes, lower than day 10.\nMood is 3 out of 5.\nAnswer: 3"
+    be = ScriptedBackend([reply])
+    rec = make_agent("healthllm", cot=True, seed=7).predict(s, tables, be)
+    assert rec.cot and rec.prediction == 3
+    assert rec.rationale == "Sleep on day 14 was 325 minutes, lower than day 10.\nMood is 3 out of 5."
+    _, params = be.calls[0]
+    assert params.max_tokens == prompts.COT_MAX_TOKENS and params.seed == sample_seed(s.sample_id, 7)
+    assert "step by step" in be.calls[0][0][1].content
+    assert rec.options["seed"] == 7
+
+
+def test_out_of_range_answer_is_a_visible_parse_failure(pm):
+    tables, samples = pm
+    rec = make_agent("healthllm", cot=True).predict(samples[2], tables, ScriptedBackend(["x = 226\nAnswer: 226"]))
+    assert rec.prediction is None and "out of range" in rec.parse_error
+    assert rec.raw_answer == "x = 226\nAnswer: 226"
+
+
+def test_context_off_and_wearable_only_on_globem(gl):
+    tables, samples = gl
+    s = samples[0]
+    be = ScriptedBackend(["Answer: 1"])
+    rec = make_agent("healthllm", channels="wearable", context=False).predict(s, tables, be)
+    user = be.calls[0][0][1].content
+    wearable = [c for c in tables.channels if c.device == "wearable"]
+    phone = [c for c in tables.channels if c.device == "phone"]
+    assert wearable and phone
+    assert all(f"- {c.label}" in user for c in wearable)
+    assert not any(f"- {c.label}" in user for c in phone)
+    assert "an integer from 0 to 3" in user
+    assert rec.options["channels"] == "wearable" and rec.options["context"] is False
+    assert rec.prediction == 1
+
+
+def test_rag_retrieves_earlier_days_only(pm, cheap):
+    tables, samples = pm
+    s = samples[40]
+    be = ScriptedBackend(["Answer: 2"])
+    rec = make_agent("rag").predict(s, tables, be)
+    _complete(rec, s, "rag")
+    ret = next(st for st in rec.transcript if st.kind == "retrieval")
+    assert len(ret.meta["dates"]) == 3
+    assert all(d < s.window_end.isoformat() for d in ret.meta["dates"])
+    user = be.calls[0][0][1].content
+    for d in ret.meta["dates"]:
+        assert f"] {d} (" in user
+    assert rec.options["top_k"] == 3 and rec.options["memory"] == "history"
+
+
+def test_raptor_summaries_cached_per_day(pm, cheap):
+    tables, samples = pm
+    user_samples = [x for x in samples if x.user == "p03"]
+    s1, s2 = user_samples[0], user_samples[1]
+    be = ScriptedBackend(default="Summary: an ordinary day.")
+    rec1 = make_agent("raptor", top_k=3).predict(s1, tables, be)
+    ret1 = next(st for st in rec1.transcript if st.kind == "retrieval")
+    assert ret1.meta["summaries_generated"] >= 1
+    assert len(ret1.meta["ids"]) == 3
+    n_calls = len(be.calls)
+    rec2 = make_agent("raptor", top_k=3).predict(s2, tables, be)
+    ret2 = next(st for st in rec2.transcript if st.kind == "retrieval")
+    # s2 is one day later: only the day that entered the memory needs a new summary.
+    assert ret2.meta["summaries_generated"] <= 1
+    assert len(be.calls) - n_calls == ret2.meta["summaries_generated"] + 1
+    assert "leaf" in ",".join(ret1.meta["kinds"] + ret2.meta["kinds"]) or "summary" in ret1.meta["kinds"]
+
+
+@pytest.mark.parametrize("executor", ["faithful", "improved"])
+def test_phia_episode_transcript(pm, executor):
+    tables, samples = pm
+    s = [x for x in samples if x.user == "p03"][3]
+    script = [
+        "[Thought] recent sleep\n[Act]\n```python\nm = daily['sleep_minutes'].tail(7).mean()\nprint(round(m, 1))\n```\n[Observe] 400",
+        "[Act]\n```python\nm\n```",
+        "[Finish] Sleep was average.\nAnswer: 2",
+    ]
+    be = ScriptedBackend(script)
+    rec = make_agent("phia", executor=executor, max_iters=5).predict(s, tables, be)
+    kinds = [st.kind for st in rec.transcript]
+    assert kinds == ["prompt", "completion", "code", "observation", "completion", "code", "observation",
+                     "completion"]
+    obs = [st for st in rec.transcript if st.kind == "observation"]
+    assert obs[0].meta["status"] == "ok"
+    if executor == "faithful":
+        assert obs[1].meta["error_type"] == "NameError"  # fresh scope: the original contract (F2)
+    else:
+        assert obs[1].meta["status"] == "ok"
+        assert round(float(obs[1].content.strip()), 1) == float(obs[0].content.strip())  # state persisted
+        assert "baseline" in be.calls[0][0][1].content  # schema card in the improved prompt
+    assert rec.prediction == 2 and rec.rationale == "Sleep was average."
+    assert rec.n_steps == 3 and rec.options["executor"] == executor
+    # the hallucinated "[Observe] 400" was cut before it entered the conversation
+    assert "[Observe] 400" not in be.calls[1][0][2].content
+    assert be.calls[0][1].stop and "[Observe]" in be.calls[0][1].stop
+
+
+def test_phia_forced_finish_when_budget_runs_out(pm):
+    tables, samples = pm
+    s = samples[5]
+    be = ScriptedBackend(["[Act]\n```python\nprint(len(daily))\n```"] * 2 + ["Answer: 4"])
+    rec = make_agent("phia", max_iters=2).predict(s, tables, be)
+    assert rec.transcript[-1].kind == "forced_finish"
+    assert rec.prediction == 4 and rec.n_steps == 3
+    assert "used all your steps" in be.calls[-1][0][-1].content
+
+
+def test_registry_rejects_unknown_system_and_options():
+    assert SYSTEMS == ["healthllm", "rag", "raptor", "phia"]
+    with pytest.raises(ValueError, match="unknown system"):
+        make_agent("gpt")
+    with pytest.raises(ValueError, match="unknown option"):
+        make_agent("healthllm", executor="faithful")
+    with pytest.raises(ValueError, match="executor"):
+        make_agent("phia", executor="yolo")
+    assert "executor" in agent_options("phia") and "top_k" in agent_options("rag")
