@@ -1,0 +1,235 @@
+"""Prediction metrics with uncertainty: MAE and participant-cluster bootstrap CIs, paired differences,
+parse failures, mode collapse (the paper's Table 7) and confusion by label.
+
+Parse-failure policy. The default, `policy="exclude"`, computes MAE over parsed predictions only and
+always reports the parse-failure rate beside it. We read this as the paper's convention: its Table 7
+gives PHIA on DiversityOne MAE 2.11 with 757 of 761 windows unparseable, which mean-filling cannot
+produce (it would sit near the mean predictor's 0.58). The alternatives are reported too:
+`"worst"` charges each failure the largest error possible on the scale for its gold label (a
+conservative bound), `"mean_fill"` predicts the mean-predictor value for failures.
+
+Why a cluster bootstrap: windows of one participant overlap and share a person, so they are not
+independent; resampling participants (with all their windows) gives honest intervals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from balms.records import PredictionRecord
+
+Policy = Literal["exclude", "mean_fill", "worst"]
+# Native label scales (METHOD.md); pass `scale=` for anything else.
+DATASET_SCALES: dict[str, tuple[int, int]] = {"pmdata": (1, 5), "globem": (0, 3), "diversityone": (1, 5)}
+UNPARSEABLE = "unparseable"
+_COLUMNS = ["sample_id", "dataset", "user", "label", "prediction", "system", "model", "cot", "lookback", "executor"]
+
+
+def records_frame(records, *, keep_transcript: bool = False) -> pd.DataFrame:
+    """PredictionRecords (or dicts, or an existing frame) as a DataFrame with an `executor` column."""
+    if isinstance(records, pd.DataFrame):
+        df = records.copy()
+    else:
+        rows = []
+        for r in records:
+            d = r.model_dump(exclude=None if keep_transcript else {"transcript"}) if isinstance(r, PredictionRecord) \
+                else dict(r)
+            if not keep_transcript:
+                d.pop("transcript", None)
+            rows.append(d)
+        df = pd.DataFrame(rows)
+    missing = [c for c in ("sample_id", "user", "label", "prediction") if c not in df.columns]
+    if missing:
+        raise ValueError(f"records lack column(s) {missing}; expected PredictionRecord fields")
+    if "executor" not in df.columns:
+        opts = df["options"] if "options" in df.columns else pd.Series([{}] * len(df), index=df.index)
+        df["executor"] = [o.get("executor") if isinstance(o, dict) else None for o in opts]
+    df["prediction"] = pd.to_numeric(df["prediction"], errors="coerce")
+    df["label"] = pd.to_numeric(df["label"], errors="raise")
+    df["parsed"] = df["prediction"].notna()
+    return df
+
+
+def _scales(df: pd.DataFrame, scale: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
+    if scale is not None:
+        return np.full(len(df), scale[0], float), np.full(len(df), scale[1], float)
+    if "dataset" not in df.columns:
+        raise ValueError("policy 'worst' needs `scale=` or a dataset column")
+    unknown = set(df["dataset"]) - set(DATASET_SCALES)
+    if unknown:
+        raise ValueError(f"no known scale for dataset(s) {sorted(unknown)}; pass scale=(lo, hi)")
+    lo = df["dataset"].map(lambda d: DATASET_SCALES[d][0]).to_numpy(float)
+    hi = df["dataset"].map(lambda d: DATASET_SCALES[d][1]).to_numpy(float)
+    return lo, hi
+
+
+def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: float | None = None,
+               scale: tuple[int, int] | None = None) -> pd.Series:
+    """Per-sample absolute error under a parse-failure policy; NaN marks samples the policy excludes."""
+    df = records_frame(records)
+    y, p = df["label"].to_numpy(float), df["prediction"].to_numpy(float)
+    err = np.abs(y - p)
+    failed = np.isnan(p)
+    if policy == "exclude":
+        pass
+    elif policy == "mean_fill":
+        if mean_prediction is None:
+            raise ValueError("policy 'mean_fill' needs mean_prediction")
+        err[failed] = np.abs(y[failed] - mean_prediction)
+    elif policy == "worst":
+        lo, hi = _scales(df, scale)
+        err[failed] = np.maximum(y - lo, hi - y)[failed]
+    else:
+        raise ValueError(f"unknown policy {policy!r}; expected exclude, mean_fill or worst")
+    return pd.Series(err, index=df.index, name="abs_error")
+
+
+def mae(records, policy: Policy = "exclude", *, mean_prediction: float | None = None,
+        scale: tuple[int, int] | None = None) -> float:
+    """Mean absolute error; parse failures handled by `policy` (default: excluded, see module doc)."""
+    e = abs_errors(records, policy, mean_prediction=mean_prediction, scale=scale).dropna()
+    return float(e.mean()) if len(e) else math.nan
+
+
+def _cluster_bootstrap(values: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+    """95% percentile CI of the pooled mean of `values`, resampling whole clusters with replacement."""
+    codes, uniq = pd.factorize(clusters)
+    k = len(uniq)
+    if k < 2:
+        return math.nan, math.nan
+    sums = np.bincount(codes, weights=values, minlength=k)
+    counts = np.bincount(codes, minlength=k).astype(float)
+    rng = np.random.default_rng(seed)
+    w = rng.multinomial(k, np.full(k, 1.0 / k), size=n_boot).astype(float)  # times each cluster is drawn
+    stats = (w @ sums) / (w @ counts)
+    lo, hi = np.percentile(stats, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def mae_ci(records, *, by: str = "user", n_boot: int = 2000, seed: int = 0, policy: Policy = "exclude",
+           mean_prediction: float | None = None, scale: tuple[int, int] | None = None) -> dict:
+    """MAE with a 95% participant-cluster bootstrap CI: {mae, ci_low, ci_high, n, n_clusters}.
+    The CI is NaN with fewer than two participants (no between-participant variation to resample)."""
+    df = records_frame(records)
+    e = abs_errors(df, policy, mean_prediction=mean_prediction, scale=scale)
+    keep = e.notna().to_numpy()
+    vals, cl = e.to_numpy()[keep], df[by].astype(str).to_numpy()[keep]
+    if not len(vals):
+        return {"mae": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "n_clusters": 0}
+    lo, hi = _cluster_bootstrap(vals, cl, n_boot, seed)
+    return {"mae": float(vals.mean()), "ci_low": lo, "ci_high": hi, "n": int(len(vals)),
+            "n_clusters": int(len(set(cl)))}
+
+
+def paired_difference(recs_a, recs_b, *, policy: Policy = "exclude", by: str = "user", n_boot: int = 2000,
+                      seed: int = 0, scale: tuple[int, int] | None = None,
+                      mean_prediction: float | None = None) -> dict:
+    """MAE(a) - MAE(b) over the samples both have (paired by sample_id), with a cluster-bootstrap CI.
+
+    `recs_b` may be another system's records, or a number: the mean predictor's constant prediction
+    (then b never fails to parse). Negative = a is better. Samples present in only one side, and pairs
+    dropped because a side failed to parse (policy "exclude"), are counted in the result.
+    """
+    a = records_frame(recs_a)
+    if isinstance(recs_b, (int, float, np.floating)):
+        b = a[["sample_id", "user", "label"]].copy()
+        b["prediction"] = float(recs_b)
+        if "dataset" in a.columns:
+            b["dataset"] = a["dataset"]
+    else:
+        b = records_frame(recs_b)
+    for name, f in (("a", a), ("b", b)):
+        dup = f["sample_id"].duplicated()
+        if dup.any():
+            raise ValueError(f"records {name} hold sample {f['sample_id'][dup].iloc[0]!r} more than once")
+    a = a.assign(err=abs_errors(a, policy, mean_prediction=mean_prediction, scale=scale))
+    b = b.assign(err=abs_errors(b, policy, mean_prediction=mean_prediction, scale=scale))
+    m = a[["sample_id", by, "label", "err"]].merge(b[["sample_id", "label", "err"]], on="sample_id",
+                                                   suffixes=("_a", "_b"))
+    bad = m[m["label_a"] != m["label_b"]]
+    if len(bad):
+        raise ValueError(f"sample {bad['sample_id'].iloc[0]!r} has different gold labels in the two runs")
+    both = m.dropna(subset=["err_a", "err_b"])
+    d = (both["err_a"] - both["err_b"]).to_numpy()
+    lo, hi = _cluster_bootstrap(d, both[by].astype(str).to_numpy(), n_boot, seed) if len(d) else (math.nan, math.nan)
+    return {"diff": float(d.mean()) if len(d) else math.nan, "ci_low": lo, "ci_high": hi,
+            "mae_a": float(both["err_a"].mean()) if len(d) else math.nan,
+            "mae_b": float(both["err_b"].mean()) if len(d) else math.nan,
+            "n_pairs": int(len(d)), "n_clusters": int(both[by].nunique()),
+            "n_only_a": int(len(a) - len(m)), "n_only_b": int(len(b) - len(m)),
+            "n_dropped_parse_failure": int(len(m) - len(both))}
+
+
+def parse_failure_rate(records) -> float:
+    df = records_frame(records)
+    return float((~df["parsed"]).mean()) if len(df) else math.nan
+
+
+def _pred_labels(df: pd.DataFrame) -> pd.Series:
+    return df["prediction"].map(lambda v: UNPARSEABLE if pd.isna(v) else int(v))
+
+
+def mode_collapse(records) -> dict:
+    """The modal predicted label (a parse failure counts as the label "unparseable"), its count and its
+    rate over all windows, as in the paper's Table 7. Ties go to the label that sorts first as text."""
+    df = records_frame(records)
+    if not len(df):
+        return {"modal_label": None, "mode_count": 0, "n_windows": 0, "mode_rate": math.nan}
+    counts = _pred_labels(df).value_counts()
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[0]
+    return {"modal_label": top[0], "mode_count": int(top[1]), "n_windows": len(df),
+            "mode_rate": float(top[1] / len(df))}
+
+
+def confusion(records, *, scale: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Gold label (rows) x predicted label (columns, with "unparseable"), every label of the scale shown."""
+    df = records_frame(records)
+    pred = _pred_labels(df)
+    labels = set(df["label"].astype(int))
+    if scale is None and "dataset" in df.columns and df["dataset"].nunique() == 1 and df["dataset"].iloc[0] in DATASET_SCALES:
+        scale = DATASET_SCALES[df["dataset"].iloc[0]]
+    if scale is not None:
+        labels |= set(range(scale[0], scale[1] + 1))
+    labels |= {p for p in pred if p != UNPARSEABLE}
+    order = sorted(labels)
+    tab = pd.crosstab(df["label"].astype(int).rename("gold"), pred.rename("predicted"))
+    return tab.reindex(index=order, columns=[*order, UNPARSEABLE], fill_value=0)
+
+
+def summarize_run(records, mean_prediction: float | None = None, *, n_boot: int = 2000, seed: int = 0,
+                  scale: tuple[int, int] | None = None) -> dict:
+    """One table row for a run: n, MAE (exclude) with CI, worst-case MAE, parse failures, mode collapse,
+    and, given the mean predictor's value, its MAE on the same samples and the paired difference."""
+    df = records_frame(records)
+    ci = mae_ci(df, n_boot=n_boot, seed=seed)
+    mc = mode_collapse(df)
+    row = {"n": len(df), "n_parsed": int(df["parsed"].sum()), "n_users": int(df["user"].nunique()),
+           "parse_failure_rate": parse_failure_rate(df) if len(df) else math.nan,
+           "mae": ci["mae"], "mae_ci_low": ci["ci_low"], "mae_ci_high": ci["ci_high"],
+           "modal_label": mc["modal_label"], "mode_rate": mc["mode_rate"]}
+    try:
+        row["mae_worst"] = mae(df, "worst", scale=scale)
+    except ValueError:
+        row["mae_worst"] = math.nan  # unknown scale: reported as missing, not guessed
+    if mean_prediction is not None:
+        row["mae_mean_fill"] = mae(df, "mean_fill", mean_prediction=mean_prediction)
+        pdiff = paired_difference(df, mean_prediction, n_boot=n_boot, seed=seed)
+        row.update(mean_predictor_mae=pdiff["mae_b"], diff_vs_mean=pdiff["diff"],
+                   diff_vs_mean_ci_low=pdiff["ci_low"], diff_vs_mean_ci_high=pdiff["ci_high"])
+    return row
+
+
+def by_group(records, by: Iterable[str], **kwargs) -> pd.DataFrame:
+    """`summarize_run` for each group of a records frame."""
+    df = records_frame(records)
+    by = list(by)
+    rows = []
+    for key, g in df.groupby(by, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append(dict(zip(by, key)) | summarize_run(g, **kwargs))
+    return pd.DataFrame(rows)
