@@ -282,8 +282,14 @@ class Sandbox:
         else:
             obs = self._observation(resp, duration)
             leftover = int(resp.get("threads", 1) or 1) > 1
-            if self.mode == "faithful" or leftover:
+            if self.mode == "faithful" or leftover or obs.status == "memory":
                 self._discard_worker()
+                if obs.status == "memory" and self.mode == "improved" and not leftover:
+                    # whatever the code still holds would starve every later block
+                    self.restarts += 1
+                    obs.notes.append("memory limit hit; the worker was restarted and variables were reset")
+                    obs.text = self._truncate(obs.text + "\n[sandbox: memory limit hit; worker restarted, "
+                                              "variables were reset]")
                 if leftover and self.mode == "improved":
                     self.restarts += 1
                     obs.notes.append(f"{resp['threads'] - 1} background thread(s) were left running; "

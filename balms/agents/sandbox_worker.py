@@ -368,7 +368,8 @@ def short_traceback(exc: BaseException, filename_prefix: str, frames_kept: int =
         if tb and user and tb[-1] is not user[-1]:
             lines.append(f"  (raised inside {os.path.basename(tb[-1].filename)}:{tb[-1].name})")
     else:
-        lines.append(f"  line {exc.lineno}: {(exc.text or '').rstrip()}")
+        if exc.lineno is not None:
+            lines.append(f"  line {exc.lineno}: {(exc.text or '').rstrip()}")
     head = "Traceback (most recent call last, your code only):\n" if lines and not isinstance(exc, SyntaxError) else ""
     return head + "\n".join(lines + [_exc_line(exc)])
 
