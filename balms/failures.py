@@ -156,12 +156,12 @@ def schema_blind_aggregations(code: str, subday_frames: Iterable[str] = SUBDAY_F
         if not isinstance(node, ast.Call):
             continue
         target = None
-        if isinstance(node.func, ast.Attribute) and node.func.attr in _AGG_METHODS:
-            target = node.func.value
-        elif (isinstance(node.func, ast.Name) and node.func.id in _AGG_FUNCS) or \
+        if (isinstance(node.func, ast.Name) and node.func.id in _AGG_FUNCS) or \
                 (isinstance(node.func, ast.Attribute) and node.func.attr in _AGG_FUNCS
                  and isinstance(node.func.value, ast.Name) and node.func.value.id in ("np", "numpy", "math", "statistics")):
-            target = node.args[0] if node.args else None
+            target = node.args[0] if node.args else None  # np.mean(x), sum(x)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in _AGG_METHODS:
+            target = node.func.value  # x.mean()
         if target is None or _root_name(target) not in sub:
             continue
         if _GROUPERS & set(_chain_methods(target)) or _filters_one_date(target):
