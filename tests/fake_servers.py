@@ -40,6 +40,11 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 512
 
+    def handle_error(self, request, client_address):  # a client that timed out and left is expected
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
 
 class FakeServerBase:
     kind = "base"

@@ -155,3 +155,14 @@ def test_corrupted_assembled_file_is_refused(monkeypatch, tmp_path, isolated_cac
     gguf_assets._marker(path).unlink()
     with pytest.raises(gguf_assets.ModelAssetError, match="sha256"):
         gguf_assets.gguf_path("t2")
+
+
+def test_vllm_local_missing_gives_clear_error(monkeypatch, isolated_cache):
+    import importlib.util
+
+    from balms.models.base import BackendError
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(BackendError, match=r"vLLM is not installed.*vllm serve.*BALMS_VLLM_BASE_URLS"):
+        get_backend("Qwen2.5-14B-Instruct", backend="vllm-local")
