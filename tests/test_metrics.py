@@ -1,0 +1,133 @@
+"""Metrics: MAE under each parse-failure policy, cluster-bootstrap CIs, paired differences, mode collapse."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from balms import metrics
+from balms.records import PredictionRecord
+
+
+def R(sid, user, label, pred, dataset="globem", **kw) -> PredictionRecord:
+    return PredictionRecord(sample_id=sid, dataset=dataset, user=user, target_date="2018-05-02", lookback=14,
+                            label=label, source="real", system=kw.pop("system", "healthllm"), cot=False,
+                            model="m", model_id="m", prediction=pred, **kw)
+
+
+@pytest.fixture()
+def recs():
+    # globem scale 0-3. errors: 1, 0, 2, failure(label 0), 1, failure(label 2)
+    return [R("s1", "u1", 0, 1), R("s2", "u1", 1, 1), R("s3", "u2", 3, 1), R("s4", "u2", 0, None),
+            R("s5", "u3", 2, 3), R("s6", "u3", 2, None)]
+
+
+def test_mae_policies(recs):
+    assert metrics.mae(recs) == pytest.approx((1 + 0 + 2 + 1) / 4)  # default: exclude
+    assert metrics.mae(recs, "worst") == pytest.approx((1 + 0 + 2 + 3 + 1 + 2) / 6)  # label 0 -> 3, label 2 -> 2
+    assert metrics.mae(recs, "mean_fill", mean_prediction=1.5) == pytest.approx((1 + 0 + 2 + 1.5 + 1 + 0.5) / 6)
+    with pytest.raises(ValueError, match="mean_prediction"):
+        metrics.mae(recs, "mean_fill")
+    with pytest.raises(ValueError, match="unknown policy"):
+        metrics.mae(recs, "drop")
+    with pytest.raises(ValueError, match="no known scale"):
+        metrics.mae([R("x", "u", 1, None, dataset="other")], "worst")
+    assert metrics.mae([R("x", "u", 1, None, dataset="other")], "worst", scale=(1, 5)) == 4
+
+
+def test_records_frame_accepts_records_dicts_and_frames(recs):
+    a = metrics.records_frame(recs)
+    b = metrics.records_frame([r.model_dump() for r in recs])
+    c = metrics.records_frame(a)
+    assert list(a["parsed"]) == [True, True, True, False, True, False]
+    assert metrics.mae(b) == metrics.mae(c) == metrics.mae(recs)
+    with pytest.raises(ValueError, match="lack column"):
+        metrics.records_frame(pd.DataFrame({"sample_id": ["a"]}))
+
+
+def _naive_cluster_ci(vals, clusters, n_boot, seed):
+    """Reference implementation: loop over draws, concatenate the drawn participants' samples."""
+    uniq = list(pd.factorize(np.asarray(clusters))[1])
+    rng = np.random.default_rng(seed)
+    k = len(uniq)
+    stats = []
+    for _ in range(n_boot):
+        counts = rng.multinomial(k, np.full(k, 1.0 / k))
+        pooled = np.concatenate([np.repeat(vals[np.asarray(clusters) == u], c) for u, c in zip(uniq, counts)])
+        stats.append(pooled.mean())
+    return np.percentile(stats, [2.5, 97.5])
+
+
+def test_mae_ci_is_a_participant_cluster_bootstrap():
+    rng = np.random.default_rng(1)
+    recs = []
+    for u in range(8):
+        for j in range(int(rng.integers(3, 9))):
+            lab = int(rng.integers(1, 6))
+            recs.append(R(f"s{u}-{j}", f"u{u}", lab, int(np.clip(lab + rng.integers(-(u % 3), 2), 1, 5)),
+                          dataset="pmdata"))
+    out = metrics.mae_ci(recs, n_boot=300, seed=0)
+    df = metrics.records_frame(recs)
+    err = (df["label"] - df["prediction"]).abs().to_numpy()
+    lo, hi = _naive_cluster_ci(err, df["user"].to_numpy(), 300, 0)
+    assert out["ci_low"] == pytest.approx(lo) and out["ci_high"] == pytest.approx(hi)
+    assert out["ci_low"] < out["mae"] < out["ci_high"]
+    assert out["n"] == len(recs) and out["n_clusters"] == 8
+    assert metrics.mae_ci(recs, n_boot=300, seed=0) == out  # seeded
+    assert metrics.mae_ci(recs, n_boot=300, seed=1)["ci_low"] != out["ci_low"]
+
+
+def test_mae_ci_single_participant_has_no_interval():
+    out = metrics.mae_ci([R("a", "u", 1, 2), R("b", "u", 1, 3)], n_boot=100)
+    assert out["mae"] == 1.5 and math.isnan(out["ci_low"]) and math.isnan(out["ci_high"])
+
+
+def test_paired_difference_against_system_and_mean_predictor(recs):
+    other = [R("s1", "u1", 0, 0), R("s2", "u1", 1, 2), R("s3", "u2", 3, 3), R("s4", "u2", 0, 0),
+             R("s5", "u3", 2, 2), R("s9", "u9", 2, 2)]
+    d = metrics.paired_difference(recs, other, n_boot=200)
+    # shared and both parsed: s1 (1 vs 0), s2 (0 vs 1), s3 (2 vs 0), s5 (1 vs 0); s4 dropped (a failed)
+    assert d["n_pairs"] == 4 and d["n_dropped_parse_failure"] == 1
+    assert d["n_only_a"] == 1 and d["n_only_b"] == 1  # s6 / s9
+    assert d["diff"] == pytest.approx((1 - 1 + 2 + 1) / 4) and d["mae_b"] == pytest.approx(0.25)
+    assert d["ci_low"] <= d["diff"] <= d["ci_high"]
+    m = metrics.paired_difference(recs, 1.0, n_boot=200)  # mean predictor predicting 1.0 everywhere
+    assert m["n_pairs"] == 4 and m["mae_b"] == pytest.approx((1 + 0 + 2 + 1) / 4) and m["diff"] == 0
+    w = metrics.paired_difference(recs, 1.0, policy="worst", n_boot=200)
+    assert w["n_pairs"] == 6 and w["diff"] == pytest.approx((9 - 6) / 6)  # failures charged 3 and 2
+    with pytest.raises(ValueError, match="different gold labels"):
+        metrics.paired_difference(recs, [R("s1", "u1", 3, 3)])
+    with pytest.raises(ValueError, match="more than once"):
+        metrics.paired_difference(recs + [R("s1", "u1", 0, 1)], 1.0)
+
+
+def test_parse_failures_mode_collapse_and_confusion(recs):
+    assert metrics.parse_failure_rate(recs) == pytest.approx(2 / 6)
+    mc = metrics.mode_collapse(recs)  # predictions 1,1,1,None,3,None -> modal 1 (3 of 6)
+    assert mc == {"modal_label": 1, "mode_count": 3, "n_windows": 6, "mode_rate": 0.5}
+    collapsed = [R(f"d{i}", "u", 2, None, dataset="diversityone") for i in range(5)] + \
+                [R("d9", "u", 2, 2, dataset="diversityone")]
+    mc = metrics.mode_collapse(collapsed)  # the paper's DiversityOne row: unparseable is the mode
+    assert mc["modal_label"] == "unparseable" and mc["mode_count"] == 5 and mc["mode_rate"] == pytest.approx(5 / 6)
+    cm = metrics.confusion(recs)
+    assert list(cm.index) == [0, 1, 2, 3] and list(cm.columns) == [0, 1, 2, 3, "unparseable"]
+    assert cm.loc[0, 1] == 1 and cm.loc[0, "unparseable"] == 1 and cm.loc[2, "unparseable"] == 1
+    assert cm.loc[3, 1] == 1 and cm.to_numpy().sum() == 6
+
+
+def test_summarize_run_row(recs):
+    row = metrics.summarize_run(recs, 1.0, n_boot=200)
+    assert row["n"] == 6 and row["n_parsed"] == 4 and row["parse_failure_rate"] == pytest.approx(1 / 3)
+    assert row["mae"] == pytest.approx(1.0) and row["mae_worst"] == pytest.approx(1.5)
+    assert row["mae_ci_low"] <= row["mae"] <= row["mae_ci_high"]
+    assert row["modal_label"] == 1 and row["mode_rate"] == 0.5
+    assert row["diff_vs_mean"] == 0 and row["mean_predictor_mae"] == pytest.approx(1.0)
+    # the frame form used by balms.experiments.summarize (no mean prediction)
+    frame = pd.DataFrame([r.model_dump(exclude={"transcript"}) for r in recs])
+    row2 = metrics.summarize_run(frame, n_boot=200)
+    assert row2["mae"] == row["mae"] and "diff_vs_mean" not in row2
+    g = metrics.by_group(recs, ["user"], n_boot=50)
+    assert list(g["user"]) == ["u1", "u2", "u3"] and list(g["n"]) == [2, 2, 2]
