@@ -1,0 +1,270 @@
+"""LLM judge: hand-written judge outputs for every Tier-1 / Tier-2 path, every failure path ending as
+"unscored" with a reason, the paper's aggregation, and one slow run with a real embedded model."""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+
+import pytest
+
+from balms.judges.llm_judge import (JudgeResult, aggregate_judgements, extract_json, judge_rationale,
+                                    judge_records, judgement_table)
+from balms.judges.rubric import DIMENSIONS, TIER1, TIER2, build_messages, judge_json_schema
+from balms.models.base import BackendError, Completion
+from balms.records import PredictionRecord
+
+
+class FakeJudge:
+    """Scripted judge backend; remembers every request. A reply may be an exception to raise."""
+
+    def __init__(self, replies, finish_reason="stop"):
+        self.replies = list(replies)
+        self.calls = []
+        self.model_id = "fake-judge"
+        self.finish_reason = finish_reason
+
+    def generate(self, messages, params):
+        self.calls.append((list(messages), params))
+        r = self.replies.pop(0)
+        if isinstance(r, Exception):
+            raise r
+        return Completion(text=r, model_id=self.model_id, finish_reason=self.finish_reason)
+
+
+T1 = {"c1_alignment": 1, "c2_slicing": 0, "c3_difference_judgment": None, "c4_lag": None, "c5_structure": 1,
+      "c6_interaction": 0}
+T2 = {"faithfulness": 4, "evidence_grounding": 2, "domain_knowledge": 5, "safety": 5, "clarity": 3, "overall": 1}
+
+
+def verdict(t1=T1, t2=T2, **override) -> dict:
+    d = {k: {"score": v, "justification": f"because of {k}"} for k, v in {**t1, **t2}.items()}
+    d.update(override)
+    return d
+
+
+KW = dict(window_text="Daily data ...\n- Steps (steps): [1, 2, 3]", gold=0, predicted=3,
+          rationale="Steps dropped on day 3 (3 steps).", scale=(0, 3), target="PHQ-4 anxiety")
+
+
+def judge(replies, **kw):
+    be = FakeJudge(replies, finish_reason=kw.pop("finish_reason", "stop"))
+    return judge_rationale(be, **{**KW, **kw}), be
+
+
+# ---------------------------------------------------------------- scored paths
+
+
+def test_clean_json_every_tier1_and_tier2_value():
+    res, be = judge([json.dumps(verdict())])
+    assert res.status == "scored" and res.attempts == 1 and res.model_id == "fake-judge"
+    assert res.tier1 == T1 and res.tier2 == T2  # 1, 0 and null; 1..5
+    assert res.justifications["c4_lag"] == "because of c4_lag"
+    params = be.calls[0][1]
+    assert params.temperature == 0 and params.json_schema == judge_json_schema()
+    user = be.calls[0][0][1].content
+    assert KW["window_text"] in user and "Gold (self-reported) label: 0" in user and KW["rationale"] in user
+
+
+@pytest.mark.parametrize("t2", [{d: s for d in TIER2} for s in (1, 2, 3, 4, 5)] + [{d: None for d in TIER2}])
+def test_each_tier2_value(t2):
+    res, _ = judge([json.dumps(verdict(t2=t2))])
+    assert res.status == "scored" and res.tier2 == t2
+
+
+@pytest.mark.parametrize("t1", [{d: s for d in TIER1} for s in (0, 1, None)])
+def test_each_tier1_value(t1):
+    res, _ = judge([json.dumps(verdict(t1=t1))])
+    assert res.status == "scored" and res.tier1 == t1
+
+
+def _py_literal(d: dict) -> str:
+    return repr(d)  # single quotes, None
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda s: f"Here is my evaluation:\n```json\n{s}\n```\nI hope this helps.",  # fenced + prose
+    lambda s: f"{s}\n\nThe rationale overall is weak because it cites wrong days.",  # trailing prose
+    lambda s: f"<think>let me think {{not json}}</think>{s}",  # reasoning block
+    lambda s: s[:-1].rstrip() + ",}",  # trailing comma
+    lambda s: _py_literal(json.loads(s)),  # single quotes, None
+    lambda s: json.dumps({"tier1": {k: v for k, v in json.loads(s).items() if k in TIER1},
+                          "tier2": {k: v for k, v in json.loads(s).items() if k in TIER2}}),  # nested tiers
+])
+def test_robust_extraction(wrap):
+    res, _ = judge([wrap(json.dumps(verdict()))])
+    assert res.status == "scored" and res.tier1 == T1 and res.tier2 == T2
+
+
+def test_lenient_score_forms():
+    v = {**{d: {"score": str(s) if s is not None else "N/A", "reason": "r"} for d, s in T1.items()},
+         **{d: float(s) for d, s in T2.items()}}  # strings, "N/A", bare floats, 'reason' key
+    res, _ = judge([json.dumps(v)])
+    assert res.status == "scored" and res.tier1 == T1 and res.tier2 == T2
+    assert res.justifications["c1_alignment"] == "r" and res.justifications["overall"] == ""
+
+
+def test_repair_retry_fixes_a_bad_score():
+    bad = json.dumps(verdict(overall={"score": 6, "justification": "great"}))
+    res, be = judge([bad, json.dumps(verdict())])
+    assert res.status == "scored" and res.attempts == 2 and len(res.raw_outputs) == 2
+    repair = be.calls[1][0]
+    assert repair[-2].role == "assistant" and repair[-2].content == bad
+    assert "overall: Tier-2 score 6 is outside 1-5" in repair[-1].content
+
+
+# ---------------------------------------------------------------- unscored paths (each with its reason)
+
+
+@pytest.mark.parametrize("bad,reason", [
+    ("I think the rationale is fine, overall 4/5.", "no JSON object found"),
+    ("{this is: not json at all", "no parseable JSON object"),
+    (json.dumps(verdict(c2_slicing={"score": 2, "justification": "x"})), "c2_slicing: Tier-1 score 2 is not 0, 1 or null"),
+    (json.dumps(verdict(clarity={"score": 0, "justification": "x"})), "clarity: Tier-2 score 0 is outside 1-5"),
+    (json.dumps(verdict(safety={"score": 3.5, "justification": "x"})), "safety: score 3.5 is not an integer"),
+    (json.dumps(verdict(safety={"score": "high", "justification": "x"})), "safety: score 'high' is not an integer"),
+    (json.dumps(verdict(safety={"score": True, "justification": "x"})), "boolean"),
+    (json.dumps(verdict(c4_lag={"justification": "x"})), "c4_lag: no 'score' field"),
+    (json.dumps({k: v for k, v in verdict().items() if k != "c6_interaction"}), "missing dimension(s): c6_interaction"),
+    ("[1, 2, 3]", "no JSON object found"),
+])
+def test_invalid_twice_is_unscored_with_reason(bad, reason):
+    res, be = judge([bad, bad])
+    assert res.status == "unscored" and res.unscored_code == "invalid_output"
+    assert reason in res.unscored_reason and "after one repair" in res.unscored_reason
+    assert res.attempts == 2 and len(be.calls) == 2  # exactly one repair, then stop
+    assert all(v is None for v in (*res.tier1.values(), *res.tier2.values()))  # never a silent score
+
+
+def test_truncated_output_reason_mentions_max_tokens():
+    res, _ = judge(['{"c1_alignment": {"score": 1', '{"c1_alignment": {"score": 1'], finish_reason="length",
+                   max_tokens=20)
+    assert res.status == "unscored" and "max_tokens=20" in res.unscored_reason
+
+
+def test_empty_rationale_is_unscored_without_a_call():
+    res, be = judge([], rationale="   ")
+    assert res.status == "unscored" and res.unscored_code == "empty_rationale" and be.calls == []
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_backend_error_is_unscored(first):
+    replies = [BackendError("model exploded")] if first else ["no json", BackendError("model exploded")]
+    res, _ = judge(replies)
+    assert res.status == "unscored" and res.unscored_code == "backend_error"
+    assert "model exploded" in res.unscored_reason and f"attempt {1 if first else 2}" in res.unscored_reason
+
+
+def test_extract_json_prefers_fenced_object():
+    assert extract_json('prose {"a": 1} more ```json\n{"b": 2}\n```') == {"b": 2}
+
+
+def test_schema_compiles_to_a_llama_cpp_grammar():
+    """The schema must be one llama.cpp can enforce (it becomes a GBNF grammar)."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    g = json_schema_to_gbnf(json.dumps(judge_json_schema()))
+    assert "c6_interaction" in g and "overall" in g
+
+
+# ---------------------------------------------------------------- aggregation (METHOD.md)
+
+
+def R(t1, t2, **meta) -> JudgeResult:
+    return JudgeResult(tier1={d: t1.get(d) for d in TIER1}, tier2={d: t2.get(d) for d in TIER2},
+                       status="scored", meta=meta)
+
+
+def test_aggregation_exactly_as_the_paper():
+    res = [
+        R({"c1_alignment": 1, "c2_slicing": 0}, {"overall": 4, "safety": 5}),
+        R({"c1_alignment": 0}, {"overall": 2, "safety": None}),
+        R({"c1_alignment": 1, "c2_slicing": 1}, {"overall": 3}),
+        R({}, {"overall": 5}),
+        JudgeResult(unscored_code="invalid_output", unscored_reason="x"),
+        JudgeResult(unscored_code="empty_rationale", unscored_reason="y"),
+    ]
+    agg = aggregate_judgements(res)
+    assert (agg["n"], agg["n_scored"], agg["n_unscored"]) == (6, 4, 2)
+    assert agg["unscored_by_reason"] == {"invalid_output": 1, "empty_rationale": 1}
+    t1 = agg["tier1"]
+    assert t1.loc["c1_alignment", "invocation_rate"] == 3 / 4
+    assert t1.loc["c1_alignment", "conditional_accuracy"] == 2 / 3
+    assert t1.loc["c1_alignment", "coverage"] == 2 / 4
+    assert t1.loc["c2_slicing", "conditional_accuracy"] == 1 / 2 and t1.loc["c2_slicing", "coverage"] == 1 / 4
+    assert t1.loc["c4_lag", "invocation_rate"] == 0 and math.isnan(t1.loc["c4_lag", "conditional_accuracy"])
+    assert agg["tier1_headline"] == pytest.approx((2 / 3 + 1 / 2) / 2)  # over the two defined dimensions
+    assert agg["tier1_headline_dims"] == ["c1_alignment", "c2_slicing"] and "2 of 6" in agg["tier1_headline_note"]
+    assert agg["tier2"].loc["overall", "mean"] == pytest.approx(3.5) and agg["tier2"].loc["overall", "n"] == 4
+    assert agg["tier2"].loc["safety", "mean"] == 5 and agg["tier2"].loc["safety", "n"] == 1
+    assert math.isnan(agg["tier2"].loc["clarity", "mean"])
+
+
+def test_aggregation_nothing_scored():
+    agg = aggregate_judgements([JudgeResult(unscored_code="backend_error", unscored_reason="down")])
+    assert agg["n_scored"] == 0 and math.isnan(agg["tier1_headline"]) and agg["n_unscored"] == 1
+
+
+def test_judgement_table_groups_by_meta():
+    res = [R({"c1_alignment": 1}, {"overall": 4}, system="rag", model="a"),
+           R({"c1_alignment": 0}, {"overall": 2}, system="rag", model="a"),
+           R({}, {"overall": 5}, system="phia", model="a")]
+    t = judgement_table(res, by=("system", "model")).set_index("system")
+    assert t.loc["rag", "n"] == 2 and t.loc["rag", "c1_alignment_cond_acc"] == 0.5 and t.loc["rag", "overall"] == 3
+    assert t.loc["phia", "c1_alignment_invocation"] == 0 and math.isnan(t.loc["phia", "tier1_headline"])
+
+
+# ---------------------------------------------------------------- records in, results out
+
+
+def test_judge_records_with_text_and_window_sources():
+    import datetime as dt
+
+    import pandas as pd
+
+    from balms.data.schema import Channel, Sample, Target, Window
+
+    rec = PredictionRecord(sample_id="globem/u1/2018-05-02/L3", dataset="globem", user="u1", target_date="2018-05-02",
+                           lookback=3, label=0, source="real", system="healthllm", cot=True, model="m", model_id="m",
+                           prediction=2, rationale="Steps fell to 920 on day 3.")
+    be = FakeJudge([json.dumps(verdict())] * 2)
+    out = judge_records([rec], {rec.sample_id: "WINDOW TEXT"}, be)
+    assert out[0].status == "scored" and out[0].meta["system"] == "healthllm" and out[0].meta["sample_id"] == rec.sample_id
+    assert "WINDOW TEXT" in be.calls[0][0][1].content and "an integer from 0 to 3" in be.calls[0][0][1].content
+    s = Sample("globem", "u1", dt.date(2018, 5, 2), 0, 3, dt.date(2018, 4, 29), dt.date(2018, 5, 1))
+    w = Window(s, Target("anx", "anxiety", 0, 3), pd.DataFrame({"steps": [1.0, 2.0, 920.0]},
+               index=pd.date_range("2018-04-29", periods=3)), [Channel("steps", "Steps", "steps", "wearable", decimals=0)])
+    judge_records([rec], lambda r: w, be)
+    assert "- Steps (steps): [1, 2, 920]" in be.calls[1][0][1].content  # the canonical render_window text
+    with pytest.raises(KeyError, match="no window"):
+        judge_records([rec], {}, be)
+
+
+def test_prompt_names_every_dimension():
+    msgs = build_messages(**KW)
+    assert all(d in msgs[1].content for d in DIMENSIONS) and msgs[0].role == "system"
+
+
+# ---------------------------------------------------------------- a real embedded model
+
+
+@pytest.mark.slow
+def test_real_embedded_judge_scores_or_says_why(isolated_cache):
+    """SmolLM2-135M as judge under the JSON-schema grammar: it must end scored with in-range values or
+    unscored with a reason; either way nothing silent."""
+    from balms.models.registry import get_backend
+
+    case = json.loads((resources.files("balms") / "resources" / "case_study_d1.json").read_text())
+    window_text = "\n".join(f"- {k} ({v['unit']}): {v['values']}" for k, v in case["window"].items())
+    be = get_backend("smollm2-135m", cache_mode="off")
+    r = case["rationales"]["Qwen2.5-7B-Instruct"]
+    res = judge_rationale(be, window_text=window_text, gold=0, predicted=r["prediction"], rationale=r["text"],
+                          scale=(0, 3), target="PHQ-4 anxiety", max_tokens=700)
+    assert res.raw_outputs and res.model_id
+    if res.status == "scored":
+        assert all(v in (0, 1, None) for v in res.tier1.values())
+        assert all(v is None or 1 <= v <= 5 for v in res.tier2.values())
+        assert res.attempts == 1  # the grammar makes the first answer valid
+    else:
+        assert res.unscored_reason
