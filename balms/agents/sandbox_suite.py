@@ -35,6 +35,7 @@ class Case:
     code: str  # tokens @CANARY@ @PORT@ @PARENT@ @REPO@ @DATA@ @GUARD@ are substituted
     expect: tuple[str, ...]  # allowed statuses
     forbid: tuple[str, ...] = ()  # substrings that must not appear in the observation
+    require: tuple[str, ...] = ()  # substrings that must appear (proves which mechanism stopped it)
 
 
 CASES: list[Case] = [
@@ -85,12 +86,15 @@ CASES: list[Case] = [
          ("error",)),
     # --- network
     Case("socket_loopback_listener", "network",
-         "import socket\ns = socket.create_connection(('127.0.0.1', @PORT@), timeout=2)\ns.sendall(b'leak')", FAIL),
+         "import socket\ns = socket.create_connection(('127.0.0.1', @PORT@), timeout=2)\ns.sendall(b'leak')", FAIL,
+         require=("Network is unreachable",)),
     Case("socket_external", "network",
-         "import socket\ns = socket.create_connection(('192.0.2.1', 80), timeout=2)\ns.sendall(b'leak')", FAIL),
+         "import socket\ns = socket.create_connection(('192.0.2.1', 80), timeout=2)\ns.sendall(b'leak')", FAIL,
+         require=("Network is unreachable",)),
     Case("dns_lookup", "network", "import socket\nprint(socket.getaddrinfo('example.com', 80))", FAIL),
     Case("udp_send", "network",
-         "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'x', ('192.0.2.1', 53))", FAIL),
+         "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'x', ('192.0.2.1', 53))", FAIL,
+         require=("Network is unreachable",)),
     # --- filesystem reads
     Case("read_etc_passwd", "read", "print(open('/etc/passwd').read())", FAIL, (PASSWD_MARKER,)),
     Case("list_shared_data", "read", "import os\nprint(os.listdir('@DATA@'))", FAIL),
@@ -217,6 +221,9 @@ def run_suite(mode: str = "improved", limits: SandboxLimits | None = None, cases
                 leaked = [m for m in case.forbid if m in obs.text]
                 if leaked:
                     reasons.append(f"leaked {leaked}")
+                missing = [m for m in case.require if m not in obs.text]
+                if missing:
+                    reasons.append(f"expected {missing} in the observation")
                 if follow.status != "ok" or not _probe_ok(follow.text, n_rows):
                     reasons.append(f"episode did not continue: {follow.status} {follow.text[:120]!r}")
                 after = checksum(canary)

@@ -59,7 +59,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 # Modules the user code may use; imported before the chroot because nothing can be imported after it.
 PRELOAD = (
     "math statistics json datetime re collections itertools functools random time io string operator "
-    "decimal fractions heapq bisect calendar textwrap warnings copy dataclasses typing numpy pandas"
+    "decimal fractions heapq bisect calendar textwrap warnings copy dataclasses typing socket encodings.idna "
+    "encodings.ascii encodings.latin_1 encodings.utf_16 encodings.cp1252 numpy pandas"
 ).split()
 
 
@@ -463,7 +464,7 @@ def make_namespace(frames: dict) -> dict:
 
     ns = {"__name__": "__main__", "__builtins__": __builtins__, "pd": pd, "np": np}
     for name, df in frames.items():
-        ns[name] = df.copy()
+        ns[name] = df  # loaded fresh in this process; nothing else holds them
     return ns
 
 
