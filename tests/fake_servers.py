@@ -212,6 +212,62 @@ class FakeBackend:
                           latency_s=self.latency)
 
 
+class TinyAgent:
+    """A minimal agent for runner tests and benchmarks: `n_calls` model calls, answer parsed from the last."""
+
+    name = "tiny"
+    cot = False
+
+    def __init__(self, n_calls: int = 1, max_tokens: int = 16, fail_on: frozenset = frozenset()):
+        self.n_calls = n_calls
+        self.max_tokens = max_tokens
+        self.fail_on = fail_on
+        self.options = {"n_calls": n_calls}
+
+    def predict(self, sample, tables, backend):
+        import re
+
+        from balms.models.seeds import sample_seed
+        from balms.records import PredictionRecord, Step
+
+        if sample.sample_id in self.fail_on:
+            raise ValueError(f"tiny agent refuses {sample.sample_id}")
+        params = GenParams(max_tokens=self.max_tokens, seed=sample_seed(sample.sample_id, 0))
+        msgs = [Message("system", "You predict stress 1-5. End with 'Answer: <int>'."),
+                Message("user", f"User {sample.user}, day {sample.target_date}, look-back {sample.lookback}.")]
+        steps, pt, ct, lat = [], 0, 0, 0.0
+        for k in range(self.n_calls):
+            c = backend.generate(msgs, params)
+            steps += [Step(kind="prompt", content=msgs[-1].content), Step(kind="completion", content=c.text)]
+            pt, ct, lat = pt + c.prompt_tokens, ct + c.completion_tokens, lat + c.latency_s
+            msgs = msgs + [Message("assistant", c.text), Message("user", f"Step {k + 2}: continue.")]
+        m = re.search(r"Answer:\s*(-?\d+)", c.text)
+        pred = int(m.group(1)) if m and 1 <= int(m.group(1)) <= 5 else None
+        return PredictionRecord(
+            sample_id=sample.sample_id, dataset=sample.dataset, user=sample.user,
+            target_date=sample.target_date.isoformat(), lookback=sample.lookback, label=sample.label,
+            source=sample.source, system=self.name, cot=self.cot, model=getattr(backend, "name", backend.model_id),
+            model_id=backend.model_id, options=self.options, prediction=pred,
+            parse_error=None if pred is not None else "no 'Answer: <1-5>'", raw_answer=c.text,
+            transcript=steps, n_steps=self.n_calls, prompt_tokens=pt, completion_tokens=ct, latency_s=lat,
+        )
+
+
+def make_samples(n: int, dataset: str = "synthetic-test"):
+    """n distinct synthetic samples (users u0..u4, consecutive days)."""
+    import datetime as _dt
+
+    from balms.data.schema import Sample
+
+    out = []
+    for i in range(n):
+        day = _dt.date(2020, 1, 15) + _dt.timedelta(days=i // 5)
+        out.append(Sample(dataset=dataset, user=f"u{i % 5}", target_date=day, label=1 + i % 5, lookback=7,
+                          window_start=day - _dt.timedelta(days=7), window_end=day - _dt.timedelta(days=1),
+                          source="synthetic"))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("kind", choices=["openai", "anthropic"])

@@ -193,3 +193,8 @@ def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: 
 def with_spec(name: str, **changes) -> ModelSpec:
     """A copy of a spec with fields changed (e.g. a dated Anthropic model id), for callers that need one."""
     return replace(spec(name), **changes)
+
+
+def model_info(name: str) -> ModelSpec:
+    """The registry entry for `name` (alias of `spec`, used by reports to label embedded CPU results)."""
+    return spec(name)

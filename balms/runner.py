@@ -1,0 +1,346 @@
+"""Resumable concurrent runner: agent x backend x samples -> one JSONL record per sample + a run manifest.
+
+Crash safety: each record is appended, flushed and fsynced as its sample completes (model calls are already
+committed to the response cache as they arrive). On restart the file is read back, a torn last line (a kill
+mid-write) is truncated, finished samples are skipped and cached model calls are served from the cache: zero
+lost, zero duplicated, nothing recomputed. A sample that fails with a non-transient error (or a transient one
+that outlived its retries) gets a record with `error` set; `retry_failed=True` reruns those.
+
+Every model call goes through `RetryingBackend` (per-call timeout; exponential backoff with jitter, honouring
+retry-after, for transient errors), so a multi-step agent never redoes finished steps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from balms.data.schema import DataError
+from balms.models.base import BackendError
+from balms.models.pricing import estimate_cost
+from balms.models.retrying import RetryingBackend
+from balms.paths import PROJECT_ROOT
+from balms.records import PredictionRecord
+
+PACKAGES = ("balms", "numpy", "pandas", "pydantic", "tenacity", "httpx", "openai", "anthropic",
+            "llama_cpp_python", "vllm", "sentence-transformers", "torch", "scikit-learn")
+
+
+@dataclass
+class RunResult:
+    out_path: Path
+    manifest_path: Path
+    n_samples: int  # samples asked for
+    n_done_before: int  # already in the file when this session started
+    n_new: int  # records written by this session
+    n_errors: int  # records (all sessions, these samples) with `error` set
+    wall_s: float
+    usage: dict = field(default_factory=dict)
+    session: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["out_path"], d["manifest_path"] = str(self.out_path), str(self.manifest_path)
+        return d
+
+
+# ------------------------------------------------------------------------------------------ records file --
+def _scan(path: Path) -> tuple[list[PredictionRecord], int, bool]:
+    """Parse the JSONL; return (records, byte length of the intact prefix, torn_tail)."""
+    data = path.read_bytes()
+    records: list[PredictionRecord] = []
+    good_end = 0
+    pos = 0
+    line_no = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        line_no += 1
+        if nl == -1:  # no newline: the process died mid-write
+            return records, good_end, True
+        line = data[pos:nl]
+        if line.strip():
+            try:
+                records.append(PredictionRecord.model_validate_json(line))
+            except ValueError as exc:
+                if data.find(b"\n", nl + 1) == -1 and not data[nl + 1:].strip():
+                    return records, good_end, True  # a garbled final line: treat as torn
+                raise DataError(path, f"not a valid PredictionRecord: {str(exc)[:300]}", row=line_no) from exc
+        pos = nl + 1
+        good_end = pos
+    return records, good_end, False
+
+
+def _check_unique(path: Path, records: Iterable[PredictionRecord]) -> None:
+    seen: set[str] = set()
+    for i, r in enumerate(records, 1):
+        if r.key() in seen:
+            raise DataError(path, f"duplicate record for sample {r.key()!r}", row=i)
+        seen.add(r.key())
+
+
+def load_records(path: str | Path) -> list[PredictionRecord]:
+    """All records of a run file, in file order. A torn last line (run still going, or killed) is ignored."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(path, "run file does not exist")
+    records, _, _ = _scan(path)
+    _check_unique(path, records)
+    return records
+
+
+def _recover(path: Path) -> list[PredictionRecord]:
+    """Read existing records for a resume, truncating a torn tail in place."""
+    if not path.exists():
+        return []
+    records, good_end, torn = _scan(path)
+    if torn:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+            fh.flush()
+            os.fsync(fh.fileno())
+    _check_unique(path, records)
+    return records
+
+
+def _rewrite(path: Path, records: Sequence[PredictionRecord]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(r.model_dump_json() + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class _Appender:
+    """Append one JSON line per record; flush + fsync each, so a finished sample survives any kill."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(path, "ab")
+        self._lock = threading.Lock()
+
+    def write(self, record: PredictionRecord) -> None:
+        line = (record.model_dump_json() + "\n").encode("utf-8")
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+# ------------------------------------------------------------------------------------------ manifest -----
+def manifest_path_for(out_path: Path) -> Path:
+    return out_path.with_name(out_path.name.removesuffix(".jsonl") + ".manifest.json")
+
+
+def _versions() -> dict[str, str | None]:
+    out = {}
+    for p in PACKAGES:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def _git() -> dict:
+    def run(*args):
+        return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+
+    try:
+        head = run("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None}
+        dirty = run("status", "--porcelain", "--untracked-files=no")
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _usage(records: Sequence[PredictionRecord]) -> dict:
+    return {
+        "n_records": len(records),
+        "n_errors": sum(r.error is not None for r in records),
+        "n_parse_failures": sum(r.error is None and r.prediction is None for r in records),
+        "prompt_tokens": sum(r.prompt_tokens for r in records),
+        "completion_tokens": sum(r.completion_tokens for r in records),
+        "model_calls": sum(r.n_steps for r in records),
+        "agent_latency_s": round(sum(r.latency_s for r in records), 3),
+        "estimated_cost_usd": round(sum(r.cost_usd for r in records), 6),
+    }
+
+
+def _data_sources(samples: Sequence, tables) -> dict:
+    return {
+        "sources": sorted({getattr(s, "source", "?") for s in samples}),
+        "datasets": sorted({getattr(s, "dataset", "?") for s in samples}),
+        "tables": None if tables is None else {
+            "name": getattr(tables, "name", None), "source": getattr(tables, "source", None),
+            "raw_dir": getattr(tables, "raw_dir", None)},
+    }
+
+
+# ------------------------------------------------------------------------------------------ running ------
+def _error_record(agent, backend, sample, message: str) -> PredictionRecord:
+    return PredictionRecord(
+        sample_id=sample.sample_id, dataset=sample.dataset, user=sample.user,
+        target_date=sample.target_date.isoformat(), lookback=sample.lookback, label=sample.label,
+        source=sample.source, system=getattr(agent, "name", type(agent).__name__), cot=bool(getattr(agent, "cot", False)),
+        model=getattr(backend, "name", backend.model_id), model_id=backend.model_id,
+        options=dict(getattr(agent, "options", {}) or {}), error=message, n_steps=0,
+    )
+
+
+def _predict(agent, backend, sample, tables) -> PredictionRecord:
+    t0 = time.perf_counter()
+    try:
+        rec = agent.predict(sample, tables, backend)
+    except BackendError as exc:
+        kind = "transient, retries exhausted" if exc.transient else "permanent"
+        return _error_record(agent, backend, sample, f"BackendError ({kind}): {exc}")
+    except Exception as exc:  # an agent bug must not kill the run; the record says what happened
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+        return _error_record(agent, backend, sample, f"{type(exc).__name__}: {exc}\n{tb}")
+    if not isinstance(rec, PredictionRecord):
+        return _error_record(agent, backend, sample, f"agent returned {type(rec).__name__}, not PredictionRecord")
+    if rec.sample_id != sample.sample_id:
+        return _error_record(agent, backend, sample,
+                             f"agent returned a record for {rec.sample_id!r} instead of {sample.sample_id!r}")
+    if not rec.latency_s:
+        rec.latency_s = time.perf_counter() - t0
+    if not rec.cost_usd and (rec.prompt_tokens or rec.completion_tokens):
+        rec.cost_usd = estimate_cost(rec.model_id or backend.model_id, rec.prompt_tokens, rec.completion_tokens)
+    return rec
+
+
+def _stats(backend) -> dict:
+    fn = getattr(backend, "stats", None)
+    return dict(fn()) if callable(fn) else {}
+
+
+def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
+                timeout_s: float | None = 600.0, retries: int = 4, progress: bool = True,
+                manifest_extra: dict | None = None, retry_failed: bool = False) -> RunResult:
+    """Run `agent.predict(sample, tables, backend)` for every sample not yet in `out_path`; see module doc."""
+    from tqdm.auto import tqdm
+
+    out_path = Path(out_path)
+    mpath = manifest_path_for(out_path)
+    samples = list(samples)
+    ids = [s.sample_id for s in samples]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise ValueError(f"duplicate sample ids in the run: {dup}")
+    wanted = set(ids)
+
+    existing = _recover(out_path)
+    if retry_failed and any(r.error and r.key() in wanted for r in existing):
+        existing = [r for r in existing if not (r.error and r.key() in wanted)]
+        _rewrite(out_path, existing)
+    done = {r.key() for r in existing}
+    todo = [s for s in samples if s.sample_id not in done]
+    n_before = len(samples) - len(todo)
+
+    old = {}
+    if mpath.exists():
+        try:
+            old = json.loads(mpath.read_text(encoding="utf-8"))
+        except ValueError:
+            old = {}
+    started = _now()
+    stats0 = _stats(backend)
+    wrapped = RetryingBackend(backend, retries=retries, timeout_s=timeout_s)
+    session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_new": 0, "n_errors_new": 0}
+    manifest: dict[str, Any] = {
+        "run_file": str(out_path),
+        "status": "running",
+        "agent": {"name": getattr(agent, "name", type(agent).__name__), "cot": getattr(agent, "cot", None),
+                  "class": f"{type(agent).__module__}.{type(agent).__qualname__}",
+                  "options": getattr(agent, "options", None)},
+        "model": {"name": getattr(backend, "name", None), "model_id": backend.model_id,
+                  "backend": type(getattr(backend, "backend", backend)).__name__,
+                  "cache_mode": getattr(backend, "mode", None)},
+        "parameters": {"concurrency": concurrency, "timeout_s": timeout_s, "retries": retries,
+                       "n_samples": len(samples), **(manifest_extra or {})},
+        "data": _data_sources(samples, tables),
+        "git": _git(),
+        "packages": _versions(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "started_at": old.get("started_at", started),
+        "sessions": list(old.get("sessions", [])) + [session],
+    }
+    _write_json_atomic(mpath, manifest)
+
+    appender = _Appender(out_path)
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(samples), initial=n_before, unit="sample", disable=not progress, smoothing=0.05,
+               desc=f"{manifest['agent']['name']}/{manifest['model']['name']}", dynamic_ncols=True)
+    status = "incomplete"
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") as pool:
+            futures = [pool.submit(_predict, agent, wrapped, s, tables) for s in todo]
+            try:
+                for fut in as_completed(futures):
+                    rec = fut.result()
+                    appender.write(rec)
+                    session["n_new"] += 1
+                    if rec.error:
+                        session["n_errors_new"] += 1
+                        bar.set_postfix(errors=session["n_errors_new"], refresh=False)
+                    bar.update(1)
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+        status = "complete"
+    finally:
+        bar.close()
+        appender.close()
+        wrapped.close()
+        wall = time.perf_counter() - t0
+        stats1 = _stats(backend)
+        session.update({
+            "ended_at": _now(), "wall_s": round(wall, 3), "status": status,
+            "model_attempts": wrapped.attempts, "retries": wrapped.retried,
+            **{f"cache_{k}": stats1.get(k, 0) - stats0.get(k, 0) for k in ("hits", "misses") if k in stats1},
+        })
+        records = [r for r in _scan(out_path)[0] if r.key() in wanted]
+        usage = _usage(records)
+        usage["wall_s"] = round(sum(s.get("wall_s", 0) for s in manifest["sessions"]), 3)
+        manifest.update({
+            "status": status if len(records) == len(samples) else "incomplete",
+            "ended_at": session["ended_at"],
+            "model_ids": sorted({r.model_id for r in records}),
+            "usage": usage,
+            "counts": {"n_samples": len(samples), "n_records": len(records),
+                       "n_other_records_in_file": len(done - wanted)},
+        })
+        _write_json_atomic(mpath, manifest)
+    return RunResult(out_path, mpath, len(samples), n_before, session["n_new"], usage["n_errors"],
+                     wall, usage, session)

@@ -1,0 +1,190 @@
+"""Runner: records, errors, retries, manifest, resume after SIGKILL, torn lines, replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from balms.data.schema import DataError
+from balms.models.base import BackendError
+from balms.models.cache import CachedBackend, ResponseCache
+from balms.runner import load_records, manifest_path_for, run_samples
+from fake_servers import FakeBackend, TinyAgent, make_samples
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _ids(records):
+    return [r.sample_id for r in records]
+
+
+def test_run_writes_one_record_per_sample_and_manifest(tmp_path):
+    samples = make_samples(12)
+    backend = CachedBackend(FakeBackend(latency=0.01), ResponseCache(tmp_path / "c.sqlite"))
+    out = tmp_path / "run.jsonl"
+    res = run_samples(TinyAgent(n_calls=2), backend, samples, None, out, concurrency=4, progress=False,
+                      manifest_extra={"profile": "test"})
+    recs = load_records(out)
+    assert sorted(_ids(recs)) == sorted(s.sample_id for s in samples)
+    assert res.n_new == 12 and res.n_done_before == 0 and res.n_errors == 0
+    assert all(r.prediction in range(1, 6) and r.n_steps == 2 and len(r.transcript) == 4 for r in recs)
+    m = json.loads(manifest_path_for(out).read_text())
+    assert m["status"] == "complete" and m["model_ids"] == ["fake-model"]
+    assert m["parameters"]["concurrency"] == 4 and m["parameters"]["profile"] == "test"
+    assert m["data"]["sources"] == ["synthetic"] and m["git"]["commit"]
+    assert m["packages"]["pydantic"] and m["packages"]["tenacity"]
+    assert m["usage"]["prompt_tokens"] == sum(r.prompt_tokens for r in recs) > 0
+    assert m["usage"]["completion_tokens"] == 12 * 2 * 5 and m["usage"]["model_calls"] == 24
+    assert m["sessions"][0]["cache_misses"] == 24 and m["sessions"][0]["model_attempts"] == 24
+
+
+def test_cost_estimated_from_price_table(tmp_path):
+    backend = FakeBackend(model_id="claude-haiku-4-5")
+    run_samples(TinyAgent(), backend, make_samples(2), None, tmp_path / "r.jsonl", progress=False)
+    recs = load_records(tmp_path / "r.jsonl")
+    for r in recs:
+        assert r.cost_usd == pytest.approx((r.prompt_tokens * 1.0 + r.completion_tokens * 5.0) / 1e6)
+    m = json.loads((tmp_path / "r.manifest.json").read_text())
+    assert m["usage"]["estimated_cost_usd"] == pytest.approx(sum(r.cost_usd for r in recs), abs=1e-6)
+
+
+def test_transient_errors_retried_permanent_recorded(tmp_path):
+    samples = make_samples(3)
+    errs = [BackendError("HTTP 503", transient=True, retry_after=0.0)] * 2 + [None, BackendError("HTTP 400 bad")]
+    backend = FakeBackend(errors=errs)
+    res = run_samples(TinyAgent(fail_on=frozenset({samples[2].sample_id})), backend, samples, None,
+                      tmp_path / "r.jsonl", concurrency=1, progress=False, retries=3)
+    recs = {r.sample_id: r for r in load_records(tmp_path / "r.jsonl")}
+    assert len(recs) == 3 and res.n_errors == 2
+    # sample 0: two 503s retried then success; sample 1: permanent 400 recorded; sample 2: agent raised
+    assert recs[samples[0].sample_id].error is None and recs[samples[0].sample_id].prediction is not None
+    assert "BackendError (permanent): HTTP 400 bad" in recs[samples[1].sample_id].error
+    assert recs[samples[2].sample_id].error.startswith("ValueError: tiny agent refuses")
+    assert backend.calls == 4
+    m = json.loads((tmp_path / "r.manifest.json").read_text())
+    assert m["sessions"][0]["retries"] == 2 and m["usage"]["n_errors"] == 2
+    # retry_failed reruns only the failed ones and leaves the good record untouched
+    res2 = run_samples(TinyAgent(), FakeBackend(), samples, None, tmp_path / "r.jsonl", progress=False, retry_failed=True)
+    assert res2.n_new == 2 and res2.n_errors == 0
+    assert sorted(_ids(load_records(tmp_path / "r.jsonl"))) == sorted(recs)
+
+
+def test_transient_exhausted_becomes_error_record(tmp_path):
+    backend = FakeBackend(errors=[BackendError("HTTP 529 overloaded", transient=True, retry_after=0.0)] * 3)
+    run_samples(TinyAgent(), backend, make_samples(1), None, tmp_path / "r.jsonl", progress=False, retries=2)
+    (rec,) = load_records(tmp_path / "r.jsonl")
+    assert "transient, retries exhausted" in rec.error and "gave up after 3 attempts" in rec.error
+
+
+def test_per_request_timeout(tmp_path):
+    backend = FakeBackend(latency=0.5)
+    run_samples(TinyAgent(), backend, make_samples(1), None, tmp_path / "r.jsonl", progress=False, retries=1,
+                timeout_s=0.1)
+    (rec,) = load_records(tmp_path / "r.jsonl")
+    assert "no response within 0.1 s" in rec.error and backend.calls == 2
+
+
+def test_resume_skips_done_and_truncates_torn_line(tmp_path):
+    samples = make_samples(6)
+    out = tmp_path / "r.jsonl"
+    run_samples(TinyAgent(), FakeBackend(), samples[:3], None, out, progress=False)
+    with open(out, "ab") as fh:
+        fh.write(b'{"sample_id": "synthetic-test/u3/2020-01-15/L7", "datas')  # killed mid-write
+    assert len(load_records(out)) == 3  # the reader ignores the torn tail
+    backend = FakeBackend()
+    res = run_samples(TinyAgent(), backend, samples, None, out, progress=False)
+    assert res.n_done_before == 3 and res.n_new == 3 and backend.calls == 3
+    assert sorted(_ids(load_records(out))) == sorted(s.sample_id for s in samples)
+    assert out.read_bytes().endswith(b"\n") and b'"datas\n' not in out.read_bytes()
+    m = json.loads(manifest_path_for(out).read_text())
+    assert len(m["sessions"]) == 2 and m["status"] == "complete"
+
+
+def test_corrupt_middle_line_is_a_clear_error(tmp_path):
+    out = tmp_path / "r.jsonl"
+    run_samples(TinyAgent(), FakeBackend(), make_samples(2), None, out, progress=False)
+    lines = out.read_text().splitlines()
+    out.write_text(lines[0] + "\n{not json}\n" + lines[1] + "\n")
+    with pytest.raises(DataError, match=r"r\.jsonl, row 2: not a valid PredictionRecord"):
+        load_records(out)
+    out.write_text(lines[0] + "\n" + lines[0] + "\n")
+    with pytest.raises(DataError, match="duplicate record"):
+        load_records(out)
+
+
+def test_duplicate_samples_refused(tmp_path):
+    s = make_samples(2)
+    with pytest.raises(ValueError, match="duplicate sample ids"):
+        run_samples(TinyAgent(), FakeBackend(), [s[0], s[1], s[0]], None, tmp_path / "r.jsonl", progress=False)
+
+
+def test_replay_makes_no_calls_and_writes_identical_records(tmp_path):
+    samples = make_samples(8)
+    cache_path = tmp_path / "c.sqlite"
+    run_samples(TinyAgent(n_calls=2), CachedBackend(FakeBackend(latency=0.001), ResponseCache(cache_path)), samples,
+                None, tmp_path / "rw.jsonl", progress=False)
+    never = FakeBackend(errors=[AssertionError("model called in replay")] * 100)
+    replay = CachedBackend(never, ResponseCache(cache_path), mode="replay")
+    res = run_samples(TinyAgent(n_calls=2), replay, samples, None, tmp_path / "replay.jsonl", progress=False)
+    assert never.calls == 0 and res.n_errors == 0 and replay.stats()["hits"] == 16
+    assert (tmp_path / "replay.jsonl").read_bytes() == (tmp_path / "rw.jsonl").read_bytes()
+    # a request never recorded: an error record naming it, not a silent call
+    extra = make_samples(9)[8]
+    run_samples(TinyAgent(n_calls=2), replay, samples + [extra], None, tmp_path / "replay.jsonl", progress=False)
+    rec = {r.sample_id: r for r in load_records(tmp_path / "replay.jsonl")}[extra.sample_id]
+    assert "replay-only cache miss" in rec.error and "fake-model" in rec.error and never.calls == 0
+
+
+CRASH_SCRIPT = textwrap.dedent('''
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    from fake_servers import FakeBackend, TinyAgent, make_samples
+    from balms.models.cache import CachedBackend, ResponseCache
+    from balms.runner import run_samples
+    backend = CachedBackend(FakeBackend(latency=0.03), ResponseCache({cache!r}))
+    res = run_samples(TinyAgent(n_calls=3), backend, make_samples(40), None, {out!r}, concurrency=4, progress=False)
+    print(json.dumps(res.session))
+''')
+
+
+def _cache_rows(path: Path) -> int:
+    with sqlite3.connect(path) as con:
+        return con.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+
+def test_sigkill_midway_then_restart_every_sample_exactly_once(tmp_path):
+    out, cache = tmp_path / "run.jsonl", tmp_path / "c.sqlite"
+    script = tmp_path / "crash_run.py"
+    script.write_text(CRASH_SCRIPT.format(tests=str(TESTS), cache=str(cache), out=str(out)))
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 10):
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    n_lines = out.read_bytes().count(b"\n")
+    assert 10 <= n_lines < 40, "the kill must land part-way"
+    rows_at_restart = _cache_rows(cache)
+
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    session = json.loads(done.stdout.strip().splitlines()[-1])
+    recs = load_records(out)
+    ids = _ids(recs)
+    assert len(ids) == 40 and sorted(set(ids)) == sorted(s.sample_id for s in make_samples(40))
+    assert session["n_new"] == 40 - n_lines
+    # cached calls were not recomputed: every miss of the second run added a new row
+    assert _cache_rows(cache) == rows_at_restart + session["cache_misses"] == 40 * 3
+    assert session["cache_hits"] == 3 * session["n_new"] - session["cache_misses"]
+    assert json.loads(manifest_path_for(out).read_text())["status"] == "complete"
