@@ -19,9 +19,9 @@ from balms.data import diversityone as d1
 PLANTED = (
     "DiversityOne (synthetic): each participant has a usual activity level (phone-accelerometer active "
     "minutes) and a usual mood. Evening mood (recoded 1-5, higher = better) = the participant's usual "
-    "mood + 0.6 x (active minutes over the 3 days before, relative to their own usual, in their own "
-    "standard deviations) - 0.45 x (number of poor nights among those 3 days; a poor night = long "
-    "screen use between 00:00 and 06:00, visible as night_screen_min) + noise (sd 0.35), rounded and "
+    "mood + 0.7 x (active minutes over the 3 days before, relative to their own usual, in their own "
+    "standard deviations) - 0.5 x (number of poor nights among those 3 days; a poor night = long "
+    "screen use between 00:00 and 06:00, visible as night_screen_min) + noise (sd 0.3), rounded and "
     "clipped to 1-5; the file stores it reverse-coded as A6a = 6 - mood. Low activity and a few poor "
     "nights lower mood. Other phone channels carry no planted signal."
 )
@@ -45,7 +45,7 @@ def write_diversityone(out_dir: Path, rng: np.random.Generator, n_users: int, n_
         mu_act = rng.lognormal(np.log(95), 0.35)
         sd_act = 0.3 * mu_act
         p_poor = rng.uniform(0.08, 0.3)
-        base_mood = rng.normal(3.6, 0.4)
+        base_mood = rng.normal(3.6, 0.3)
         p_answer = rng.uniform(0.55, 0.9)
         z = np.empty(n_days)
         z[0] = rng.normal()
@@ -66,7 +66,7 @@ def write_diversityone(out_dir: Path, rng: np.random.Generator, n_users: int, n_
             lo = max(0, t - 3)
             a3 = np.nanmean(act_z[lo:t]) if t > 0 and np.isfinite(act_z[lo:t]).any() else 0.0
             n_poor = int(poor_seen[lo:t].sum())
-            mood[t] = np.clip(np.round(base_mood + 0.6 * a3 - 0.45 * n_poor + rng.normal(0, 0.35)), 1, 5)
+            mood[t] = np.clip(np.round(base_mood + 0.7 * a3 - 0.5 * n_poor + rng.normal(0, 0.3)), 1, 5)
         for t, d in enumerate(dates):
             base = dt.datetime.combine(d, dt.time(0))
             # --- time diary: a prompt every 30 min from 08:00 to 23:30 ---

@@ -20,9 +20,9 @@ import pandas as pd
 PLANTED = (
     "GLOBEM (synthetic): each participant has baselines for sleep, screen time and location entropy. "
     "The weekly PHQ-4 anxiety item feel_anxious (0-3) = the participant's usual level "
-    "+ 0.45 x (sleep shortfall over the 7 days before the survey, in their own standard deviations) "
-    "+ 0.40 x (screen-unlock time above their baseline over those 7 days) "
-    "+ 0.35 x (location entropy below their baseline over those 7 days) + noise (sd 0.3), rounded and "
+    "+ 0.6 x (sleep shortfall over the 7 days before the survey, in their own standard deviations) "
+    "+ 0.5 x (screen-unlock time above their baseline over those 7 days) "
+    "+ 0.45 x (location entropy below their baseline over those 7 days) + noise (sd 0.25), rounded and "
     "clipped to 0-3. Short sleep, long screen time and staying in few places raise anxiety. Steps, calls, "
     "Bluetooth and Wi-Fi follow weekly rhythms but carry no planted signal."
 )
@@ -76,8 +76,8 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
         mu_screen, sd_screen = rng.lognormal(np.log(230), 0.35), None
         mu_ent, sd_ent = rng.uniform(0.5, 1.3), rng.uniform(0.15, 0.3)
         mu_steps = rng.lognormal(np.log(8500), 0.35)
-        base_anx = rng.normal(1.3, 0.6)
-        z_sleep, z_screen, z_ent = _ar1(rng, n_days, 0.4), _ar1(rng, n_days, 0.5), _ar1(rng, n_days, 0.4)
+        base_anx = rng.normal(1.3, 0.35)
+        z_sleep, z_screen, z_ent = _ar1(rng, n_days, 0.4), _ar1(rng, n_days, 0.4), _ar1(rng, n_days, 0.4)
         sd_screen = 0.3 * mu_screen
         sleep = np.clip(mu_sleep + sd_sleep * z_sleep + np.where(weekend, 30, 0), 150, 720)
         screen = np.clip(mu_screen + sd_screen * z_screen, 10, None)
@@ -167,7 +167,7 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
                 a = a[w]
                 return float(np.nanmean(a)) if np.isfinite(a).any() else 0.0
 
-            cont = base_anx + 0.45 * m(d_sleep) + 0.40 * m(d_screen) + 0.35 * m(d_ent) + rng.normal(0, 0.3)
+            cont = base_anx + 0.6 * m(d_sleep) + 0.5 * m(d_screen) + 0.45 * m(d_ent) + rng.normal(0, 0.25)
             if rng.random() < 0.08:  # skipped survey: row present, item missing (as in the release)
                 anx = dep_item = np.nan
             else:

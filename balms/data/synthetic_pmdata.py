@@ -20,9 +20,9 @@ import pandas as pd
 PLANTED = (
     "PMData (synthetic): each participant has their own sleep baseline (mean minutes asleep) and "
     "resting-heart-rate baseline. Daily stress (1-5) = the participant's usual stress level "
-    "+ 0.55 x (sleep deficit over the 3 nights before the target day, in units of the participant's "
-    "own sleep variability) + 0.45 x (resting HR above the participant's baseline over the 3 days "
-    "before, in units of their own HR variability) + noise (sd 0.35), rounded and clipped to 1-5. "
+    "+ 0.65 x (sleep deficit over the 3 nights before the target day, in units of the participant's "
+    "own sleep variability) + 0.55 x (resting HR above the participant's baseline over the 3 days "
+    "before, in units of their own HR variability) + noise (sd 0.3), rounded and clipped to 1-5. "
     "Sleeping less than usual and a raised resting heart rate in the last 3 days therefore mean more "
     "stress; same-day mood is lower when stress is higher. Steps and active minutes follow a weekly "
     "rhythm but carry no planted signal."
@@ -170,11 +170,11 @@ def write_pmdata(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
         mu_sleep, sd_sleep = rng.normal(425, 30), rng.uniform(30, 50)
         mu_rhr, sd_rhr = rng.normal(57, 6), rng.uniform(1.2, 2.2)
         mu_steps = rng.lognormal(np.log(9000), 0.3)
-        base_stress = rng.normal(2.85, 0.35)
+        base_stress = rng.normal(2.85, 0.2)
         base_mood = rng.normal(3.3, 0.3)
         # Daily behaviour with weekly rhythm: longer sleep on weekend mornings, fewer steps on Sundays.
-        z_sleep = _ar1(rng, n_days, 0.35)
-        z_rhr = _ar1(rng, n_days, 0.5)
+        z_sleep = _ar1(rng, n_days, 0.25)
+        z_rhr = _ar1(rng, n_days, 0.3)
         sleep = mu_sleep + sd_sleep * z_sleep + np.where(np.isin(weekday, [5, 6]), 35, 0)
         sleep = np.clip(sleep, 180, 660).round().astype(int)
         rhr = mu_rhr + sd_rhr * z_rhr
@@ -189,7 +189,7 @@ def write_pmdata(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
             lo = max(0, t - 3)
             d3 = np.nanmean(def_z[lo:t]) if t > 0 and np.isfinite(def_z[lo:t]).any() else 0.0
             h3 = np.nanmean(rhr_z[lo:t]) if t > 0 and np.isfinite(rhr_z[lo:t]).any() else 0.0
-            cont = base_stress + 0.55 * d3 + 0.45 * h3 + rng.normal(0, 0.35)
+            cont = base_stress + 0.65 * d3 + 0.55 * h3 + rng.normal(0, 0.3)
             stress[t] = np.clip(np.round(cont), 1, 5)
             mood_v[t] = np.clip(np.round(base_mood - 0.5 * (cont - base_stress) + rng.normal(0, 0.45)), 1, 5)
 
