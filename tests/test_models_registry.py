@@ -166,3 +166,30 @@ def test_vllm_local_missing_gives_clear_error(monkeypatch, isolated_cache):
         pytest.skip("vLLM is installed here")
     with pytest.raises(BackendError, match=r"vLLM is not installed.*vllm serve.*BALMS_VLLM_BASE_URLS"):
         get_backend("Qwen2.5-14B-Instruct", backend="vllm-local")
+
+
+def test_cli_models_list_and_ping_error(capsys, monkeypatch, isolated_cache):
+    import json
+
+    from balms.cli import main
+
+    assert main(["models", "list", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = {m["name"] for m in out["models"]}
+    assert set(PAPER) <= names and out["default"] in names
+    monkeypatch.delenv("BALMS_VLLM_BASE_URLS", raising=False)
+    assert main(["models", "ping", "Qwen2.5-7B-Instruct", "--json"]) == 1
+    err = json.loads(capsys.readouterr().out)
+    assert not err["ok"] and "BALMS_VLLM_BASE_URLS" in err["error"]
+
+
+def test_cli_ping_through_http_backend(capsys, isolated_cache):
+    import json
+
+    from balms.cli import main
+    from fake_servers import FakeOpenAIServer
+
+    with FakeOpenAIServer() as srv:
+        assert main(["models", "ping", "Qwen2.5-7B-Instruct", "--base-url", srv.url, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["model_id"] == "Qwen/Qwen2.5-7B-Instruct" and out["completion_tokens"] == 7
