@@ -32,14 +32,14 @@ SEGMENTS = ["14dhist", "7dhist", "afternoon", "allday", "evening", "morning", "n
 DAY_SEGMENTS = ["morning", "afternoon", "evening", "night"]  # RAPIDS: 6-12, 12-18, 18-24, 0-6
 PREFIX = {"steps": "f_steps", "sleep": "f_slp", "screen": "f_screen", "location": "f_loc", "call": "f_call",
           "bluetooth": "f_blue", "wifi": "f_wifi"}
-# sensor -> features written (the case-study ones first). Kind: "sum" = additive over segments,
+# sensor -> features written, in the real files' column order. Kind: "sum" = additive over segments,
 # "mean" = intensity-like (allday is a weighted mean), "allday" = only the allday segment is filled.
 FEATURES: dict[str, list[tuple[str, str]]] = {
     "steps": [("fitbit_steps_summary_rapids_maxsumsteps", "allday"), ("fitbit_steps_intraday_rapids_sumsteps", "sum"),
               ("fitbit_steps_intraday_rapids_maxsteps", "max")],
     "sleep": [("fitbit_sleep_summary_rapids_sumdurationasleepmain", "allday"),
-              ("fitbit_sleep_summary_rapids_avgefficiencymain", "allday"),
-              ("fitbit_sleep_summary_rapids_sumdurationinbedmain", "allday")],
+              ("fitbit_sleep_summary_rapids_sumdurationinbedmain", "allday"),
+              ("fitbit_sleep_summary_rapids_avgefficiencymain", "allday")],
     "screen": [("phone_screen_rapids_countepisodeunlock", "sum"), ("phone_screen_rapids_sumdurationunlock", "sum")],
     "location": [("phone_locations_doryab_locationentropy", "mean"), ("phone_locations_doryab_timeathome", "sum")],
     "call": [("phone_calls_rapids_incoming_count", "sum"), ("phone_calls_rapids_outgoing_count", "sum")],
@@ -64,7 +64,7 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
         (cohort / sub).mkdir(parents=True, exist_ok=True)
     pids = [f"INS-W_{901 + u}" for u in range(n_users)]
     dates = pd.date_range(START, periods=n_days, freq="D")
-    weekday = dates.weekday.to_numpy()
+    weekday = dates.day_of_week.to_numpy()
     weekend = weekday >= 5
     raw: dict[str, list[pd.DataFrame]] = {s: [] for s in FEATURES}
     weekly, endterm, ema, platform = [], [], [], []
