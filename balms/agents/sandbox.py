@@ -59,8 +59,8 @@ class Observation:
     status: str  # one of STATUSES
     error_type: str | None = None
     error_message: str | None = None
-    duration_s: float = 0.0
-    stdout_chars: int = 0
+    duration_s: float = 0.0  # send -> answer once the worker is ready (excludes a fresh process's start-up)
+    stdout_chars: int = 0  # characters the code printed, before truncation
     notes: list[str] = field(default_factory=list)  # sandbox events (restart, state lost, ...)
 
     def to_dict(self) -> dict:
