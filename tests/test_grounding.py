@@ -181,3 +181,30 @@ def test_window_object_uses_canonical_rounding_and_dates():
     assert statuses == {("Steps", "supported"), ("Resting Heart Rate", "supported")}, rep.claims
     rep = check_rationale("Resting heart rate was 53.74 bpm on Tuesday.", w, n_days=3)
     assert rep.claims[0].status == "wrong_day" and rep.claims[0].values[0].found_days == [1]
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_cli_ground_json_prints_the_table8_counts(capsys):
+    from balms.cli import main
+
+    path = resources.files("balms") / "resources" / "case_study_d1.json"
+    assert main(["judge", "ground", "--case", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    q, c = out["Qwen2.5-7B-Instruct"], out["Claude-Haiku-4.5"]
+    assert (q["n_claims"], q["correct_day"], q["wrong_day"], q["n_trends"]) == (4, 2, 2, 0)
+    assert (c["n_claims"], c["correct_day"], c["wrong_day"], c["n_trends"]) == (4, 4, 0, 1)
+    assert main(["judge", "ground", "--case", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "Qwen2.5-7B-Instruct: 4 claims" in text and "2 wrong day" in text and "(found on [12])" in text
+
+
+def test_cli_ground_bad_case_names_the_field(tmp_path, capsys):
+    from balms.cli import main
+
+    p = tmp_path / "case.json"
+    p.write_text(json.dumps({"window": {"Steps": {"unit": "steps", "values": [1, "x"]}}, "rationales": {}}))
+    assert main(["judge", "ground", "--case", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert str(p) in err and "window.Steps.values" in err and "'x'" in err

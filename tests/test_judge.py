@@ -268,3 +268,31 @@ def test_real_embedded_judge_scores_or_says_why(isolated_cache):
         assert res.attempts == 1  # the grammar makes the first answer valid
     else:
         assert res.unscored_reason
+
+
+@pytest.mark.realdata
+def test_cli_judge_run_on_real_pmdata_windows(pmdata_dir, tmp_path, monkeypatch, capsys):
+    """`balms judge run` rebuilds each record's window from the real data: the judge sees exactly the
+    channel arrays the (Health-LLM) agent was shown, and one verdict per line is written."""
+    from agent_fakes import ScriptedBackend, real_tables, samples_of
+    from balms.agents.registry import make_agent
+    from balms.cli import main
+    from balms.models import registry
+
+    tables, samples = samples_of("real", "pmdata")
+    monkeypatch.setattr("balms.data.loading.load_dataset", lambda name, *a, **k: real_tables(name))
+    agent_be = ScriptedBackend(["Sleep was short on day 3.\nAnswer: 3", "Answer: 2", "Steps rose.\nAnswer: 4"])
+    recs = [make_agent("healthllm", cot=True).predict(s, tables, agent_be) for s in samples[:3]]
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(r.model_dump_json() for r in recs) + "\n")
+    fake = FakeJudge([json.dumps(verdict())] * 2)
+    monkeypatch.setattr(registry, "get_backend", lambda name, **kw: fake)
+    assert main(["judge", "run", "--records", str(path), "--model", "fake", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n"] == 3 and summary["n_scored"] == 2 and summary["unscored_by_reason"] == {"empty_rationale": 1}
+    lines = (tmp_path / "run.judge.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[2])["meta"]["sample_id"] == recs[2].sample_id
+    agent_prompt = agent_be.calls[0][0][-1].content
+    judge_prompt = fake.calls[0][0][1].content
+    window_lines = [ln for ln in judge_prompt.splitlines() if ln.startswith("- ") and ": [" in ln]
+    assert len(window_lines) >= 3 and all(ln in agent_prompt for ln in window_lines)
