@@ -73,6 +73,13 @@ def _marker(dataset: str, seed: int) -> dict:
             "n_days": days, "source": "synthetic"}
 
 
+def _marker_matches(target: Path, want: dict) -> bool:
+    try:
+        return json.loads((target / MARKER).read_text()) == want
+    except (OSError, ValueError):  # absent or unreadable marker: (re)generate
+        return False
+
+
 def ensure_synthetic(dataset: str, *, seed: int = 0) -> Path:
     """The synthetic raw folder `synthetic_dir()/<dataset>`, generated once (atomically) and reused.
 
@@ -81,18 +88,16 @@ def ensure_synthetic(dataset: str, *, seed: int = 0) -> Path:
     _check(dataset)
     target = synthetic_dir() / dataset
     want = _marker(dataset, seed)
-    marker = target / MARKER
-    if marker.is_file():
-        try:
-            if json.loads(marker.read_text()) == want:
-                return target
-        except (OSError, ValueError):
-            pass  # unreadable marker: regenerate
+    if _marker_matches(target, want):
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dataset}-", dir=target.parent))
     try:
         write_synthetic(dataset, tmp, seed=seed)
         (tmp / MARKER).write_text(json.dumps(want, indent=1))
+        if _marker_matches(target, want):  # another process finished first: keep its copy
+            shutil.rmtree(tmp, ignore_errors=True)
+            return target
         old = None
         if target.exists():
             old = target.parent / f".{dataset}-old-{os.getpid()}"
