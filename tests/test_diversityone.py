@@ -176,3 +176,26 @@ def test_site_selection_errors(tmp_path):
     with pytest.raises(DataError, match="site 'Paris' not found"):
         load_diversityone(tmp_path, site="Paris")
     assert load_diversityone(tmp_path, site="Testcity").raw_dir.endswith("Site_Testcity_XX")
+
+
+def test_timezone_aware_timestamps_become_site_local_time(tmp_path):
+    site = _tiny_site(tmp_path)
+    p = site / d1.TIMEDIARIES
+    df = pd.read_parquet(p)
+    for c in ("instancetimestamp", "answertimestamp"):  # the same instants, stored in UTC (+8 h in Mongolia)
+        df[c] = df[c].dt.tz_localize("Asia/Ulaanbaatar").dt.tz_convert("UTC")
+    df.to_parquet(p, index=False)
+    mn = tmp_path / "mn"
+    shutil.copytree(site, mn / "Site_Ulaanbaatar_MN")
+    t = load_diversityone(mn)
+    assert t.labels["label"].tolist() == [5.0] and t.dropped["diary_answers_not_evening"] == 1
+
+
+def test_numeric_timestamps_are_rejected(tmp_path):
+    site = _tiny_site(tmp_path)
+    p = site / d1.TIMEDIARIES
+    df = pd.read_parquet(p)
+    df["instancetimestamp"] = df["instancetimestamp"].astype("int64") // 10**6
+    df.to_parquet(p, index=False)
+    with pytest.raises(DataError, match=r"field 'instancetimestamp'.*expected a timestamp"):
+        load_diversityone(site)

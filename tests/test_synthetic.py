@@ -43,6 +43,7 @@ def cohorts(tmp_path_factory):
 def test_deterministic_by_seed(dataset, tmp_path):
     small = dict(n_users=3, n_days=30)
     a = _digest(write_synthetic(dataset, tmp_path / "a", seed=7, **small))
+    assert synthetic.is_synthetic(tmp_path / "a") and not synthetic.is_synthetic(tmp_path)
     b = _digest(write_synthetic(dataset, tmp_path / "b", seed=7, **small))
     c = _digest(write_synthetic(dataset, tmp_path / "c", seed=8, **small))
     assert a == b  # byte-identical, the xlsx included
@@ -116,6 +117,7 @@ def _key_shapes(path) -> set[tuple]:
 
 def test_pmdata_layout_matches_real(cohorts, pmdata_dir):
     syn = cohorts["pmdata"]
+    assert not synthetic.is_synthetic(pmdata_dir)
     real_users = sorted(p for p in pmdata_dir.glob("p[0-9][0-9]") if p.is_dir())
     pd.testing.assert_index_equal(pd.read_csv(syn / "p01/pmsys/wellness.csv").columns,
                                   pd.read_csv(real_users[0] / "pmsys/wellness.csv").columns)

@@ -42,6 +42,11 @@ EVENING_FROM_HOUR = 18
 SENSORS_DIR = "Sensors"
 SENSOR_FILE_GLOB = "*30min.csv"
 SLOT_USER, SLOT_TIME = "userid", "timestamp"
+# Timestamps are read as local wall-clock time. Time-zone-aware values are converted to the site's zone
+# (chosen by the folder's country code) before the zone is dropped, so "evening" means local evening.
+SITE_TZ = {"MN": "Asia/Ulaanbaatar", "IT": "Europe/Rome", "DK": "Europe/Copenhagen", "UK": "Europe/London",
+           "GB": "Europe/London", "MX": "America/Mexico_City", "PY": "America/Asuncion", "IN": "Asia/Kolkata",
+           "CN": "Asia/Shanghai"}
 NIGHT_SLOTS = range(0, 12)  # 00:00-05:30 slot starts
 
 
@@ -113,15 +118,27 @@ def _require(df: pd.DataFrame, path: Path, cols) -> None:
             raise DataError(path, f"missing column; columns present: {list(df.columns)}", field=c)
 
 
+def _site_tz(path: Path) -> str:
+    for part in Path(path).parts[::-1]:
+        if part.startswith("Site_"):
+            return SITE_TZ.get(part.rsplit("_", 1)[-1].upper(), "UTC")
+    return "UTC"
+
+
 def _timestamps(s: pd.Series, path: Path, field: str, *, allow_null: bool) -> pd.Series:
+    if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s) and s.notna().any():
+        raise DataError(path, f"expected a timestamp (datetime or ISO text), got numbers such as {s.dropna().iloc[0]!r}",
+                        field=field)
     if pd.api.types.is_datetime64_any_dtype(s):
-        out = s.dt.tz_localize(None) if getattr(s.dt, "tz", None) is not None else s
+        out = s
     else:
         out = pd.to_datetime(s, errors="coerce")
         bad = out.isna() & s.notna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise DataError(path, f"expected a timestamp, got {s.iloc[i]!r}", field=field, row=i)
+    if getattr(out.dt, "tz", None) is not None:
+        out = out.dt.tz_convert(_site_tz(path)).dt.tz_localize(None)
     if not allow_null and out.isna().any():
         raise DataError(path, "missing timestamp", field=field, row=int(np.flatnonzero(out.isna().to_numpy())[0]))
     return out

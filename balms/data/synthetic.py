@@ -64,13 +64,23 @@ def write_synthetic(dataset: str, out_dir: Path, *, seed: int = 0, n_users: int 
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng([seed, list(_WRITERS).index(dataset)])
     _WRITERS[dataset](out_dir, rng, users, days)
+    (out_dir / MARKER).write_text(json.dumps(_marker(dataset, seed, users, days), indent=1))
     return out_dir
 
 
-def _marker(dataset: str, seed: int) -> dict:
+def _marker(dataset: str, seed: int, n_users: int | None = None, n_days: int | None = None) -> dict:
     users, days = DEFAULT_SIZES[dataset]
-    return {"dataset": dataset, "seed": seed, "generator_version": GENERATOR_VERSION, "n_users": users,
-            "n_days": days, "source": "synthetic"}
+    return {"dataset": dataset, "seed": seed, "generator_version": GENERATOR_VERSION, "n_users": n_users or users,
+            "n_days": n_days or days, "source": "synthetic"}
+
+
+def is_synthetic(raw_dir: Path) -> bool:
+    """True when `raw_dir` (a dataset folder, or a cohort/site folder inside one) was written here.
+
+    Loaders or callers can use it so that output made from synthetic files always says "synthetic".
+    """
+    p = Path(raw_dir).resolve()
+    return any((q / MARKER).is_file() for q in (p, p.parent))
 
 
 def _marker_matches(target: Path, want: dict) -> bool:
@@ -93,8 +103,7 @@ def ensure_synthetic(dataset: str, *, seed: int = 0) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dataset}-", dir=target.parent))
     try:
-        write_synthetic(dataset, tmp, seed=seed)
-        (tmp / MARKER).write_text(json.dumps(want, indent=1))
+        write_synthetic(dataset, tmp, seed=seed)  # writes the marker last
         if _marker_matches(target, want):  # another process finished first: keep its copy
             shutil.rmtree(tmp, ignore_errors=True)
             return target
