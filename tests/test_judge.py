@@ -260,7 +260,7 @@ def test_real_embedded_judge_scores_or_says_why(isolated_cache):
     be = get_backend("smollm2-135m", cache_mode="off")
     r = case["rationales"]["Qwen2.5-7B-Instruct"]
     res = judge_rationale(be, window_text=window_text, gold=0, predicted=r["prediction"], rationale=r["text"],
-                          scale=(0, 3), target="PHQ-4 anxiety", max_tokens=700)
+                          scale=(0, 3), target="PHQ-4 anxiety", max_tokens=400)
     assert res.raw_outputs and res.model_id
     if res.status == "scored":
         assert all(v in (0, 1, None) for v in res.tier1.values())
@@ -296,3 +296,7 @@ def test_cli_judge_run_on_real_pmdata_windows(pmdata_dir, tmp_path, monkeypatch,
     judge_prompt = fake.calls[0][0][1].content
     window_lines = [ln for ln in judge_prompt.splitlines() if ln.startswith("- ") and ": [" in ln]
     assert len(window_lines) >= 3 and all(ln in agent_prompt for ln in window_lines)
+    # the library form: DatasetTables in, same window text
+    fake2 = FakeJudge([json.dumps(verdict())])
+    judge_records(recs[:1], tables, fake2)
+    assert fake2.calls[0][0][1].content == judge_prompt

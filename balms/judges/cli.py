@@ -91,26 +91,16 @@ def _ground(args) -> int:
 
 
 def _window_fn():
-    """record -> Window: rebuilt from the dataset with the agent's own channel/context resolution, so the
-    judge sees exactly the window text the agent saw."""
-    from balms.agents.common import get_window, resolve_channels
+    """record -> Window, rebuilt from the dataset (tables loaded once per dataset)."""
     from balms.data.loading import load_dataset
-    from balms.data.samples import sample_from_row
+    from balms.judges.llm_judge import window_for_record
 
     tables = {}
 
     def fn(rec):
         if rec.dataset not in tables:
             tables[rec.dataset] = load_dataset(rec.dataset)
-        t = tables[rec.dataset]
-        target = dt.date.fromisoformat(rec.target_date)
-        end = target if rec.options.get("include_target_day") else target - dt.timedelta(days=1)
-        sample = sample_from_row({"dataset": rec.dataset, "user": rec.user, "target_date": target, "label": rec.label,
-                                  "lookback": rec.lookback, "window_end": end,
-                                  "window_start": end - dt.timedelta(days=rec.lookback - 1), "source": rec.source})
-        opt = rec.options.get("channels", "default")
-        chans = resolve_channels(t, None if opt in (None, "default") else opt)
-        return get_window(t, sample, context=rec.options.get("context", True), channels=chans)
+        return window_for_record(tables, rec)
 
     return fn
 

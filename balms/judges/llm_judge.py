@@ -286,18 +286,47 @@ def judge_rationale(
 WindowSource = Callable[[Any], Any] | Mapping[str, Any]
 
 
-def _window_for(record, source: WindowSource):
+def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
+    """Rebuild the Window a record's agent saw: same sample (window ends the day before the target day
+    unless the record's options say `include_target_day`), and the agents' own channel and context
+    resolution (`balms.agents.common`), so the judge sees exactly the agent's window text."""
+    import datetime as dt
+
+    from balms.agents.common import get_window, resolve_channels
+    from balms.data.samples import sample_from_row
+
+    if rec.dataset not in tables_by_dataset:
+        raise KeyError(f"record {rec.sample_id}: no tables for dataset {rec.dataset!r}")
+    t = tables_by_dataset[rec.dataset]
+    target = dt.date.fromisoformat(rec.target_date)
+    end = target if rec.options.get("include_target_day") else target - dt.timedelta(days=1)
+    sample = sample_from_row({"dataset": rec.dataset, "user": rec.user, "target_date": target, "label": rec.label,
+                              "lookback": rec.lookback, "window_end": end,
+                              "window_start": end - dt.timedelta(days=rec.lookback - 1), "source": rec.source})
+    opt = rec.options.get("channels", "default")
+    chans = resolve_channels(t, None if opt in (None, "default") else opt)
+    return get_window(t, sample, context=rec.options.get("context", True), channels=chans)
+
+
+def _window_for(record, source):
+    from balms.data.schema import DatasetTables
+
+    if isinstance(source, DatasetTables):
+        return window_for_record({source.name: source}, record)
     if callable(source):
         return source(record)
+    if source and all(isinstance(v, DatasetTables) for v in source.values()):
+        return window_for_record(source, record)
     if record.sample_id not in source:
         raise KeyError(f"no window for sample {record.sample_id!r} in the window mapping")
     return source[record.sample_id]
 
 
-def judge_records(records: Iterable, tables_or_window_fn: WindowSource, backend: Backend, **kwargs) -> list[JudgeResult]:
-    """Judge every record's rationale. `tables_or_window_fn` maps a record to its window: a callable
-    `record -> Window | str`, or a mapping sample_id -> Window | str (canonical text). For plain text
-    the target and scale come from `DATASET_TARGETS`. Records are PredictionRecords (or dicts of them).
+def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kwargs) -> list[JudgeResult]:
+    """Judge every record's rationale against its window. `tables_or_window_fn` is one of: a
+    DatasetTables or a mapping dataset -> DatasetTables (windows rebuilt by `window_for_record`); a
+    callable `record -> Window | str`; a mapping sample_id -> Window | str (canonical text). For plain
+    text the target and scale come from `DATASET_TARGETS`. Records are PredictionRecords or their dicts.
     """
     from balms.data.render import render_window
     from balms.data.schema import Window
