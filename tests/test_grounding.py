@@ -8,6 +8,8 @@ from importlib import resources
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from balms.data.schema import Channel, Sample, Target, Window
 from balms.judges.grounding import check_rationale, value_matches
@@ -208,3 +210,70 @@ def test_cli_ground_bad_case_names_the_field(tmp_path, capsys):
     assert main(["judge", "ground", "--case", str(p)]) == 2
     err = capsys.readouterr().err
     assert str(p) in err and "window.Steps.values" in err and "'x'" in err
+
+
+# ---------------------------------------------------------------- real windows, claims written from the data
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("dataset", ["pmdata", "globem"])
+def test_claims_written_from_real_windows(real_data, dataset):
+    """For real windows: a claim that quotes a channel's shown value on its own day is supported; the
+    same value cited on a day where it is not shown is a wrong-day claim that points at the true day."""
+    import random
+
+    from agent_fakes import samples_of
+    from balms.data.render import channel_values, format_value
+    from balms.data.samples import window_of
+
+    tables, samples = samples_of("real", dataset)
+    rng = random.Random(0)
+    templates = ["{label} was {v} on day {d}.", "On day {d}, {label} reached {v} {unit}.",
+                 "The user had {label_l} of {v} {unit} (day {d})."]
+    checked = 0
+    for s in rng.sample(samples, 6):
+        w = window_of(tables, s)
+        for ch in w.channels:
+            shown = [format_value(v, ch.decimals) for v in channel_values(w, ch)]
+            days = [i + 1 for i, x in enumerate(shown) if x != "NaN"]
+            if len(set(shown[d - 1] for d in days)) < 2:
+                continue
+            d = rng.choice(days)
+            v = shown[d - 1]
+            other = [e for e in days if shown[e - 1] != v and not value_matches(float(v), len(v.split(".")[1]) if "." in v else 0, shown[e - 1])]
+            t = rng.choice(templates)
+            kw = dict(label=ch.label, label_l=ch.label.lower(), v=v, unit=ch.unit)
+            rep = check_rationale(t.format(d=d, **kw), w, n_days=len(shown))
+            assert rep.n_claims == 1 and rep.claims[0].channel == ch.label, (t.format(d=d, **kw), rep.claims)
+            assert rep.claims[0].status == "supported", (t.format(d=d, **kw), rep.claims[0])
+            if other:
+                e = rng.choice(other)
+                rep = check_rationale(t.format(d=e, **kw), w, n_days=len(shown))
+                c = rep.claims[0]
+                assert c.status == "wrong_day" and d in c.values[0].found_days, (t.format(d=e, **kw), c)
+            checked += 1
+    assert checked >= 10
+
+
+# ---------------------------------------------------------------- fuzz: any text, never a crash
+
+
+_VOCAB = ["sleep", "steps", "screen", "location entropy", "day", "days", "from", "to", "on", "and", ",", "-", "(",
+          ")", ".", "NaN", "last", "first", "week", "Friday", "2018-04-20", "%", "minutes", "hours", "seconds",
+          "decreased", "rose", "average", "by", "score", "of", "out of", "respectively", "\n", "PHQ-4", "14-day"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.one_of(st.sampled_from(_VOCAB), st.integers(-5, 20000).map(str),
+                          st.floats(0, 500, allow_nan=False).map(lambda x: f"{x:.2f}")), max_size=40))
+def test_fuzz_never_crashes_and_counts_add_up(words):
+    import json as _json
+
+    win = _json.loads((resources.files("balms") / "resources" / "case_study_d1.json").read_text())["window"]
+    rep = check_rationale(" ".join(words), win, n_days=14)
+    assert rep.n_claims == len(rep.claims) == (rep.supported + rep.wrong_day + rep.value_not_found
+                                               + rep.wrong_direction + rep.unverifiable)
+    assert rep.correct_day <= rep.n_day_cited <= rep.n_claims
+    for c in rep.claims:
+        for v in c.values:
+            assert all(1 <= d <= 14 for d in v.found_days)

@@ -302,21 +302,27 @@ _LABEL_BEFORE = re.compile(r"(?:score|level|label|rating|answer|predict\w*|phq-?
 _REL_AFTER = re.compile(r"^\s*(?:%|percent)\s*(?:lower|higher|more|less|increase|decrease|drop|reduction|rise|decline|change|above|below)", re.I)
 
 
-def _value_tokens(text: str, day_spans: list[tuple[int, int]]) -> list[_Tok]:
+def _value_tokens(text: str, day_spans: list[tuple[int, int]],
+                  mention_spans: list[tuple[int, int]] = ()) -> list[_Tok]:
+    """Numbers that may be sensing values: not day references, not inside a channel name, not
+    durations ("14-day"), not the label itself ("score of 2", "3/5", "PHQ-4")."""
     toks = []
     for m in re.finditer(r"(?<![\w.\-])(?:(" + _NUMBER + r")" + _DASH + r"(" + _NUMBER + r")|(" + _NUMBER + r")|(NaN|nan|null))(?![\w])",
                          text):
         s, e = m.span()
-        if any(a <= s < b for a, b in day_spans):
+        if any(a <= s < b for a, b in (*day_spans, *mention_spans)):
             continue
         after, before = text[e:e + 30], text[max(0, s - 30):s]
+        lab = _LABEL_BEFORE.search(before)
+        if lab and any(a <= max(0, s - 30) + lab.start() < b for a, b in mention_spans):
+            lab = None  # "Sleep score of 80": the word belongs to a channel name
         if not m.group(4) and (re.match(r"\s*(?:-|–)\s*(?:day|week|month|hour|point|item)s?\b", after, re.I)
                                or re.match(r"\s+(?:days|weeks|months)\b", after, re.I)):
             continue  # "14-day period", "over 14 days": durations, not values
-        if re.match(r"\s*(?:/\s*\d|out of\b)", after, re.I) or (_LABEL_BEFORE.search(before) and not re.match(_UNIT_RE, after)):
+        if re.match(r"\s*(?:/\s*\d{1,2}\b|out of\s+\d{1,2}\b)", after, re.I) or (lab and not re.match(_UNIT_RE, after)):
             continue  # the label itself ("score of 2", "3/5"), not a sensing value
-        if re.search(r"[A-Za-z]-$", before):
-            continue  # "PHQ-4"
+        if re.search(r"[A-Za-z]-$|(?:\bout of|/)\s*$", before, re.I):
+            continue  # "PHQ-4"; the 100 of "76 out of 100" or "76/100"
         um = re.match(_UNIT_RE, after, re.I)
         unit = (um.group(1) or um.group(2)) if um else None
         end = e + (um.end() if um else 0)
@@ -471,10 +477,10 @@ def check_rationale(rationale: str, window, *, n_days: int | None = None,
     report = GroundingReport()
     for _, sent in _sentences(rationale or ""):
         dtoks = _day_tokens(sent, n, dates)
-        vtoks = _value_tokens(sent, [(t.start, t.end) for t in dtoks])
+        ments = _mentions(sent, table)
+        vtoks = _value_tokens(sent, [(t.start, t.end) for t in dtoks], [(a, b) for a, b, _, _ in ments])
         if not vtoks:
             continue
-        ments = _mentions(sent, table)
         if not ments:
             for t in vtoks:
                 report.claims.append(ClaimCheck(text=t.text, kind="value", channel=None, status="unverifiable",
