@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -117,7 +117,7 @@ def _channels_of(window) -> tuple[list[_Chan], list[dt.date] | None]:
 
 
 # Channel concepts: free-text aliases -> predicate on a channel's (label + unit) text.
-_CONCEPTS: list[tuple[tuple[str, ...], callable]] = [
+_CONCEPTS: list[tuple[tuple[str, ...], Callable[[str], bool]]] = [
     (("sleep efficiency", "efficiency"), lambda s: "sleep" in s and "efficien" in s),
     (("sleep duration", "sleep minutes", "sleep time", "minutes asleep", "minutes of sleep", "time asleep",
       "total sleep", "sleep length", "sleep hours", "hours of sleep", "slept", "sleeping", "sleep"),
@@ -416,7 +416,7 @@ def _pick_channel(chans: list[_Chan], cands: Sequence[int], vals: list[tuple], u
     return best
 
 
-def _resolve_days(tok: _Tok | None, n: int) -> list[int] | None:
+def _resolve_days(tok: _Tok | None) -> list[int] | None:
     """[] = no day cited; None = cited but unresolvable (weekday without dates)."""
     if tok is None:
         return []
@@ -529,14 +529,12 @@ def _claims_of_segment(sent, seg: _Segment, sv: list[_Tok], sd: list[_Tok], chan
             continue
         used_vals |= {id(a), id(b)}
         da = next((d for d in sd if a.end <= d.start < b.start), None)
-        after_b = sent[b.end:b.end + 14]
         db = next((d for d in sd if b.end <= d.start and re.fullmatch(r"[\s(,]*(?:on|in)?\s*", sent[b.end:d.start], re.I)), None)
         if db is None and da is None:  # "decreases on day 8 (from 93% to 89%)": the change happens on that day
             db = next((d for d in sd if d.end <= a.start and id(d) not in used_days), None)
         for d in (da, db):
             if d is not None:
                 used_days.add(id(d))
-        del after_b
         claims.append(_trend_claim(sent, seg, a, b, da, db, chans, n))
     # ---- the remaining values: one claim per segment (a value, a list, a range or an average)
     rest = [t for t in sv if id(t) not in used_vals]
@@ -555,7 +553,6 @@ def _claims_of_segment(sent, seg: _Segment, sv: list[_Tok], sd: list[_Tok], chan
         assign = ["pair"] * n_items  # "days 3, 10, and 11 ... (139, 224, and NaN respectively)"
     elif len(days) == n_items:
         assign = sorted(days, key=lambda d: d.start)
-        assign = list(assign)
     elif len(days) == 1:
         assign = [days[0]] * n_items
     else:
@@ -565,7 +562,7 @@ def _claims_of_segment(sent, seg: _Segment, sv: list[_Tok], sd: list[_Tok], chan
         if assign[j] == "pair":
             cited = [days[0].days[j]]
         else:
-            cited = _resolve_days(assign[j], n)
+            cited = _resolve_days(assign[j])
         vals_in.append((t, cited))
     ci = _pick_channel(chans, seg.cands, [(t.value, t.decimals, c if c is not None else []) for t, c in vals_in
                                           if t.kind == "val"], unit)
@@ -601,7 +598,7 @@ def _claims_of_segment(sent, seg: _Segment, sv: list[_Tok], sd: list[_Tok], chan
 
 def _trend_claim(sent, seg, a: _Tok, b: _Tok, da: _Tok | None, db: _Tok | None, chans, n) -> ClaimCheck:
     unit = a.unit or b.unit
-    ca, cb = _resolve_days(da, n), _resolve_days(db, n)
+    ca, cb = _resolve_days(da), _resolve_days(db)
     ci = _pick_channel(chans, seg.cands, [(a.value, a.decimals, ca or []), (b.value, b.decimals, cb or [])], unit)
     chan = chans[ci]
     seg_text = sent[seg.start:seg.end]
