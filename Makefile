@@ -12,6 +12,11 @@ SHARED_WHEELS ?= ../shared/wheels
 # llama.cpp build flags that work on CPUs advertising AMX that a VM cannot run (see README).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
+# Real data where present: BALMS_RAW_DIR, else ../shared/data beside the project, else data/raw (synthetic
+# cohorts are generated for any dataset whose folder is missing).
+BALMS_RAW_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data/raw)
+export BALMS_RAW_DIR
+
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 EXECUTED  := $(patsubst notebooks/%.py,notebooks/executed/$(PROFILE)/%.ipynb,$(NOTEBOOKS))
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)

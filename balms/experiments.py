@@ -146,6 +146,7 @@ def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, co
     lb = samples[0].lookback if samples else (lookback or 0)
     opts = agent_options(cfg, system, cot, options)
     path = _cell_path(cfg, dataset, system, model, cot, lb, opts)
+    path.parent.mkdir(parents=True, exist_ok=True)
     agent = make_agent(system, cot=cot, **opts)
     backend = get_backend(model, cache_mode=cfg.cache_mode)
     run_samples(agent, backend, samples, co.tables, path, concurrency=cfg.concurrency, progress=progress,
@@ -200,11 +201,14 @@ def config_from_namespace(ns: dict) -> ExperimentConfig:
 CELL_KEYS = ["dataset", "system", "model", "cot", "lookback"]
 
 
-def summarize(df: pd.DataFrame, by: list[str] | None = None, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentConfig | None = None,
+              n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per cell: n, MAE with a participant-bootstrap 95% CI, parse failures, mode collapse, cost.
 
     Parse failures are excluded from MAE (the paper's convention as we read it) and always reported beside it;
-    `mae_worst` charges each failure the worst possible error on the scale instead.
+    `mae_worst` charges each failure the worst possible error on the scale, `mae_mean_fill` the mean
+    predictor's. With `cfg`, each cell is also compared with the mean predictor on the same samples
+    (paired difference with a participant-bootstrap CI).
     """
     from balms import metrics
 
@@ -213,7 +217,12 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, n_boot: int = 10
     for key, g in df.groupby(by, dropna=False, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key))
-        row.update(metrics.summarize_run(g, n_boot=n_boot, seed=seed))
+        kw = {}
+        if cfg is not None and "dataset" in row:
+            co = cohort(row["dataset"], cfg)
+            kw = {"mean_prediction": co.train_mean,
+                  "scale": (co.tables.target.scale_min, co.tables.target.scale_max)}
+        row.update(metrics.summarize_run(g, n_boot=n_boot, seed=seed, **kw))
         row["mean_latency_s"] = float(g["latency_s"].mean())
         row["mean_prompt_tokens"] = float(g["prompt_tokens"].mean())
         row["mean_completion_tokens"] = float(g["completion_tokens"].mean())

@@ -74,7 +74,8 @@ dropped
 lab = pd.DataFrame([{"dataset": d, "label": int(k), "count": v} for d, s in summaries.items()
                     for k, v in s["label_counts"].items()])
 g = sns.catplot(data=lab, x="label", y="count", col="dataset", kind="bar", sharex=False, sharey=False, height=3)
-g.figure.suptitle(f"Label distributions (sources: {', '.join(f'{d}={s[\"source\"]}' for d, s in summaries.items())})", y=1.05)
+srcs = ", ".join(f"{d}={s['source']}" for d, s in summaries.items())
+g.figure.suptitle(f"Label distributions (sources: {srcs})", y=1.05)
 report.save_figure(g.figure, "label_distributions", artefact="Label distributions", notebook=NB, source=src,
                    profile=profile, n=int(lab["count"].sum()))
 
@@ -96,8 +97,8 @@ report.save_table(miss, "missingness", artefact="Missingness", notebook=NB, sour
 
 # %%
 # NBVAL_CHECK_OUTPUT
-base = pd.concat([s["baselines"].assign(dataset=d, source=s["source"]) for d, s in summaries.items()],
-                 ignore_index=True)
+base = pd.DataFrame([{"dataset": d, "source": s["source"], "baseline": b, **v}
+                     for d, s in summaries.items() for b, v in s["baselines"].items()])
 report.save_table(base, "baselines", artefact="Baselines", notebook=NB, source=src, profile=profile,
                   caption="mean predictor and supervised baselines, MAE")
 base.round(3)

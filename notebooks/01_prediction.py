@@ -38,7 +38,7 @@ from balms import experiments as ex, report
 cfg = ex.config_from_namespace(globals())
 NB = "01_prediction"
 recs = ex.run_grid(cfg, cots=(False,))
-summary = ex.summarize(recs)
+summary = ex.summarize(recs, cfg=cfg)
 mean_pred = ex.mean_predictor_rows(cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 models_caption = report.model_caption(cfg.backbones)
@@ -78,10 +78,10 @@ report.save_figure(fig, "table3_zero_shot_mae", artefact="Table 3 (figure)", not
 
 # %%
 from balms.data.summary import dataset_summary
-sup = [dataset_summary(d, seed=cfg.seed)["baselines"].assign(dataset=d) for d in cfg.datasets]
 import pandas as pd
-sup = pd.concat(sup, ignore_index=True)
-sup.round(3)
+sup = pd.DataFrame([{"dataset": d, "baseline": b, **v} for d in cfg.datasets
+                    for b, v in dataset_summary(d, seed=cfg.seed)["baselines"].items()])
+sup.pivot(index="baseline", columns="dataset", values="mae").round(3)
 
 # %% [markdown]
 # As in the paper, zero-shot agents rarely beat the mean predictor; with a small CPU model, parse failures and a

@@ -38,7 +38,7 @@ from balms import experiments as ex, report
 cfg = ex.config_from_namespace(globals())
 NB = "02_cot"
 recs = ex.run_grid(cfg, cots=(False, True))
-summary = ex.summarize(recs)
+summary = ex.summarize(recs, cfg=cfg)
 mean_pred = ex.mean_predictor_rows(cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 models_caption = report.model_caption(cfg.backbones)

@@ -44,7 +44,7 @@ model = cfg.horizon_backbone or cfg.backbones[0]
 max_lb = max(cfg.lookbacks)
 recs = ex.run_grid(cfg, datasets=cfg.horizon_datasets, models=[model], lookbacks=cfg.lookbacks,
                    samples_for=lambda d: ex.cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_samples, cfg.seed))
-summary = ex.summarize(recs)
+summary = ex.summarize(recs, cfg=cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 cap = report.model_caption([model])
 

@@ -48,7 +48,7 @@ for cot in (False, True):
                       options={"channels": wearable}).assign(channel_set="fitbit")
     parts += [full, fit]
 recs = pd.concat(parts, ignore_index=True)
-summary = ex.summarize(recs, by=["dataset", "system", "model", "cot", "channel_set"])
+summary = ex.summarize(recs, by=["dataset", "system", "model", "cot", "channel_set"], cfg=cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 cap = report.model_caption(cfg.backbones)
 
@@ -88,7 +88,7 @@ pm_parts = [
     ex.run_grid(cfg, datasets=["pmdata"], systems=["healthllm"], options={"channels": sleep_hr}).assign(channel_set="sleep + resting HR"),
 ]
 pm_recs = pd.concat(pm_parts, ignore_index=True)
-pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"])
+pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"], cfg=cfg)
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
                   source=report.source_label(pm_sum["source"]), profile=profile, models=cfg.backbones,
                   n=len(pm_recs), caption=f"PMData Health-LLM MAE by channel set; {cap}")

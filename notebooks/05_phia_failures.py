@@ -52,7 +52,7 @@ cap = report.model_caption(cfg.backbones)
 # %%
 mc = pd.DataFrame([{"dataset": d, "model": m, "executor": e, **metrics.mode_collapse(g)}
                    for (d, m, e), g in recs.groupby(["dataset", "model", "executor"])])
-mae = ex.summarize(recs, by=["dataset", "model", "executor"])[["dataset", "model", "executor", "mae", "parse_failure_rate"]]
+mae = ex.summarize(recs, by=["dataset", "model", "executor"], cfg=cfg)[["dataset", "model", "executor", "mae", "parse_failure_rate"]]
 mc = mc.merge(mae, on=["dataset", "model", "executor"])
 p7 = report.paper_table("table7_phia_mode_collapse").assign(dataset=lambda d: d.dataset.str.lower())
 t7 = p7.add_prefix("paper_").rename(columns={"paper_dataset": "dataset"}).merge(mc, on="dataset", how="right")

@@ -37,7 +37,7 @@ from balms import experiments as ex, report
 cfg = ex.config_from_namespace(globals())
 NB = "06_latency"
 recs = ex.run_grid(cfg, cots=(False, True))
-summary = ex.summarize(recs)
+summary = ex.summarize(recs, cfg=cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 cap = report.model_caption(cfg.backbones)
 lat = summary[["dataset", "system", "model", "cot", "n", "mean_latency_s", "mean_prompt_tokens", "mean_completion_tokens"]]

@@ -50,6 +50,8 @@ def summarise(tables, samples, *, seed: int = 0) -> dict:
         "paper_n_samples": paper_n,
         "paper_mean_predictor_mae": paper_mae,
         "n_channels": len(tables.channels),
+        "missingness": {c.label: round(float(tables.daily[c.name].isna().mean()), 4)
+                        for c in tables.channels if c.name in tables.daily.columns},
         "n_catalogue_columns": None if tables.catalogue is None else int(len(tables.catalogue)),
     }
 
