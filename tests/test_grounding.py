@@ -277,3 +277,12 @@ def test_fuzz_never_crashes_and_counts_add_up(words):
     for c in rep.claims:
         for v in c.values:
             assert all(1 <= d <= 14 for d in v.found_days)
+
+
+def test_between_range_and_pronoun_carry_over(win):
+    c = one("Screen unlock duration was between 254 and 334 seconds on days 11-13.", win)
+    assert c.kind == "range" and c.status == "supported"
+    rep = check_rationale("Sleep was very short once. It was 139 minutes on day 2.", win, n_days=14)
+    assert rep.n_claims == 1 and rep.claims[0].channel == "Sleep Minutes" and rep.claims[0].status == "wrong_day"
+    rep = check_rationale("Sleep was very short once. Overall 139 minutes on day 2.", win, n_days=14)
+    assert rep.claims[0].channel is None and rep.claims[0].status == "unverifiable"  # no pronoun: no guess

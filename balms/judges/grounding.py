@@ -302,13 +302,18 @@ _LABEL_BEFORE = re.compile(r"(?:score|level|label|rating|answer|predict\w*|phq-?
 _REL_AFTER = re.compile(r"^\s*(?:%|percent)\s*(?:lower|higher|more|less|increase|decrease|drop|reduction|rise|decline|change|above|below)", re.I)
 
 
+_VALUE_RE = re.compile(
+    r"(?<![\w.\-])(?:(?P<lo>" + _NUMBER + r")" + _DASH + r"(?P<hi>" + _NUMBER + r")"
+    r"|between\s+(?P<blo>" + _NUMBER + r")(?:\s*(?:%|[A-Za-z]+))?\s+and\s+(?P<bhi>" + _NUMBER + r")"
+    r"|(?P<v>" + _NUMBER + r")|(?P<nan>NaN|nan|null))(?![\w])", re.I)
+
+
 def _value_tokens(text: str, day_spans: list[tuple[int, int]],
                   mention_spans: list[tuple[int, int]] = ()) -> list[_Tok]:
     """Numbers that may be sensing values: not day references, not inside a channel name, not
     durations ("14-day"), not the label itself ("score of 2", "3/5", "PHQ-4")."""
     toks = []
-    for m in re.finditer(r"(?<![\w.\-])(?:(" + _NUMBER + r")" + _DASH + r"(" + _NUMBER + r")|(" + _NUMBER + r")|(NaN|nan|null))(?![\w])",
-                         text):
+    for m in _VALUE_RE.finditer(text):
         s, e = m.span()
         if any(a <= s < b for a, b in (*day_spans, *mention_spans)):
             continue
@@ -316,7 +321,7 @@ def _value_tokens(text: str, day_spans: list[tuple[int, int]],
         lab = _LABEL_BEFORE.search(before)
         if lab and any(a <= max(0, s - 30) + lab.start() < b for a, b in mention_spans):
             lab = None  # "Sleep score of 80": the word belongs to a channel name
-        if not m.group(4) and (re.match(r"\s*(?:-|–)\s*(?:day|week|month|hour|point|item)s?\b", after, re.I)
+        if not m.group("nan") and (re.match(r"\s*(?:-|–)\s*(?:day|week|month|hour|point|item)s?\b", after, re.I)
                                or re.match(r"\s+(?:days|weeks|months)\b", after, re.I)):
             continue  # "14-day period", "over 14 days": durations, not values
         if re.match(r"\s*(?:/\s*\d{1,2}\b|out of\s+\d{1,2}\b)", after, re.I) or (lab and not re.match(_UNIT_RE, after)):
@@ -326,14 +331,15 @@ def _value_tokens(text: str, day_spans: list[tuple[int, int]],
         um = re.match(_UNIT_RE, after, re.I)
         unit = (um.group(1) or um.group(2)) if um else None
         end = e + (um.end() if um else 0)
-        if m.group(4):
+        lo_s, hi_s = m.group("lo") or m.group("blo"), m.group("hi") or m.group("bhi")
+        if m.group("nan"):
             tok = _Tok("val", s, end, m.group(0), value=None)
-        elif m.group(1):
-            lo, dlo = _num(m.group(1))
-            hi, dhi = _num(m.group(2))
+        elif lo_s:
+            lo, dlo = _num(lo_s)
+            hi, dhi = _num(hi_s)
             tok = _Tok("range", s, end, text[s:end], value=lo, decimals=dlo, hi=hi, hi_decimals=dhi)
         else:
-            v, d = _num(m.group(3))
+            v, d = _num(m.group("v"))
             tok = _Tok("val", s, end, text[s:end], value=v, decimals=d)
         tok.unit = unit
         tok.aggregate = bool(_AGG_BEFORE.search(before))
@@ -475,9 +481,14 @@ def check_rationale(rationale: str, window, *, n_days: int | None = None,
     dates = list(dates) if dates is not None else wdates
     table = _alias_table(chans)
     report = GroundingReport()
+    prev_mention = None  # the last channel named, for "It was 139 minutes on day 3."
     for _, sent in _sentences(rationale or ""):
         dtoks = _day_tokens(sent, n, dates)
         ments = _mentions(sent, table)
+        if not ments and prev_mention and re.match(r"\s*(?:it|this|that|these|those|they|which)\b", sent, re.I):
+            ments = [(0, 0, f"{prev_mention[2]} (previous sentence)", prev_mention[3])]
+        if ments:
+            prev_mention = ments[-1]
         vtoks = _value_tokens(sent, [(t.start, t.end) for t in dtoks], [(a, b) for a, b, _, _ in ments])
         if not vtoks:
             continue
