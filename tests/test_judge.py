@@ -150,7 +150,9 @@ def test_empty_rationale_is_unscored_without_a_call():
 
 @pytest.mark.parametrize("first", [True, False])
 def test_backend_error_is_unscored(first):
-    replies = [BackendError("model exploded")] if first else ["no json", BackendError("model exploded")]
+    # a non-transient error is retried once without the schema (a backend may refuse schemas), then gives up
+    replies = [BackendError("model exploded")] * 2
+    replies = replies if first else ["no json", *replies]
     res, _ = judge(replies)
     assert res.status == "unscored" and res.unscored_code == "backend_error"
     assert "model exploded" in res.unscored_reason and f"attempt {1 if first else 2}" in res.unscored_reason
@@ -300,3 +302,17 @@ def test_cli_judge_run_on_real_pmdata_windows(pmdata_dir, tmp_path, monkeypatch,
     fake2 = FakeJudge([json.dumps(verdict())])
     judge_records(recs[:1], tables, fake2)
     assert fake2.calls[0][0][1].content == judge_prompt
+
+
+def test_backend_refusing_the_schema_falls_back_to_free_text():
+    class NoSchema(FakeJudge):
+        def generate(self, messages, params):
+            if params.json_schema is not None:
+                self.calls.append((list(messages), params))
+                raise BackendError("schema not supported")
+            return super().generate(messages, params)
+
+    be = NoSchema([f"Sure! {json.dumps(verdict())}"])
+    res = judge_rationale(be, **KW)
+    assert res.status == "scored" and res.tier2 == T2 and "schema not supported" in res.meta["schema_refused"]
+    assert be.calls[0][1].json_schema is not None and be.calls[1][1].json_schema is None

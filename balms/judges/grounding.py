@@ -2,14 +2,24 @@
 
 Why: an LLM judge can be fooled by confident numbers; here every number a rationale ties to a channel
 is looked up in the window the agent saw. A *claim* is one statement about one channel: a value, a
-list of values (paired with a list of days), a range ("254-334 seconds on days 11-13"), an average,
-or a trend ("decreased from 1.79 on day 3 to 0.85 on day 14"). Each value is matched in its channel
-"within the rounding shown" (agree at the coarser of the two precisions, or equal to the window value
-truncated to the claim's precision, since models both round and truncate), then on the cited day(s).
+list of values (paired with a list of days: "on days 3, 10, and 11 ... (139, 224, and NaN
+respectively)"), a range ("254-334 seconds on days 11-13", "between X and Y"), an average, a relative
+change ("by 20%", unverifiable), or a from->to statement ("decreased from 1.79 on day 3 to 0.85 on day
+14"). Day references: "day 3", "the 3rd day", "days 11-13", "days 1 to 5", "days 3 and 10", "last/first
+3 days", "first/second/last week", "yesterday", weekdays and ISO dates (with the window's dates).
+Channel words map to window channels by their labels and an alias table (sleep -> sleep minutes,
+screen time -> screen unlock duration, physical activity -> steps, ...), with the unit written after
+a number (%, minutes, hours, seconds, steps...) used to pick or convert (hours -> minutes).
+
+Each value is matched "within the rounding shown": it agrees with the displayed window value at the
+coarser of the two precisions, or equals the window value truncated to the claim's precision (models
+both round and truncate); then it is checked on the cited day(s).
 
 Claim status, worst first: unverifiable (no channel, or a day reference that cannot be resolved),
 value_not_found, wrong_day (the value exists, but on other days: `found_days` says which),
-wrong_direction (a trend whose direction contradicts its end points), supported.
+wrong_direction (a from->to whose stated direction contradicts its end points), supported.
+`n_trends` counts multi-day trends (end points two or more days apart: the paper's "multi-day trend
+cited"); other from->to statements (a day-to-day change) are `n_changes`.
 Day numbering as in `balms.data.render`: day 1 is the oldest day of the window, day n the newest.
 """
 

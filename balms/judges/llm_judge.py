@@ -9,6 +9,7 @@ and otherwise return status="unscored" with the reason. A score is never invente
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import math
 import re
@@ -262,9 +263,21 @@ def judge_rationale(
         try:
             comp = _generate(backend, messages, params)
         except BackendError as exc:
-            res.unscored_code = "backend_error"
-            res.unscored_reason = f"backend error on attempt {attempt}: {exc}"
-            return res
+            if params.json_schema is not None and not exc.transient:
+                # the backend refuses the schema: fall back to free text + robust extraction
+                res.meta["schema_refused"] = str(exc)[:200]
+                params = dataclasses.replace(params, json_schema=None)
+                try:
+                    comp = _generate(backend, messages, params)
+                except BackendError as exc2:
+                    exc = exc2
+                    comp = None
+            else:
+                comp = None
+            if comp is None:
+                res.unscored_code = "backend_error"
+                res.unscored_reason = f"backend error on attempt {attempt}: {exc}"
+                return res
         res.attempts = attempt
         res.model_id = comp.model_id or model_id
         res.raw_outputs.append(comp.text)
