@@ -182,3 +182,22 @@ def test_registry_rejects_unknown_system_and_options():
     with pytest.raises(ValueError, match="executor"):
         make_agent("phia", executor="yolo")
     assert "executor" in agent_options("phia") and "top_k" in agent_options("rag")
+
+
+def test_wearable_only_ablation_reaches_memories_and_frames(gl, cheap):
+    """GLOBEM Fitbit-only: no phone channel in the prompt, the RAPTOR leaves or the PHIA frames."""
+    tables, samples = gl
+    s = samples[0]
+    phone = [c for c in [*tables.channels, *tables.subday_channels] if c.device == "phone"]
+    be = ScriptedBackend(default="Summary.")
+    rec = make_agent("raptor", channels="wearable", memory="lookback", top_k=50).predict(s, tables, be)
+    texts = [m.content for msgs, _ in be.calls for m in msgs if m.role == "user"]
+    ret = next(st for st in rec.transcript if st.kind == "retrieval")
+    assert ret.meta["n_leaves"] > 0 and "Steps" in ret.content
+    for c in phone:
+        assert c.label not in ret.content and all(c.label not in t for t in texts), c.label
+    _, frames, _ = make_agent("phia", channels="wearable")._setup(s, tables)
+    cols = {col for df in frames.values() for col in df.columns}
+    assert "steps" in cols and not cols & {c.name for c in phone}
+    _, frames_all, _ = make_agent("phia")._setup(s, tables)
+    assert {c.name for c in phone} <= {col for df in frames_all.values() for col in df.columns}

@@ -52,6 +52,15 @@ def resolve_channels(tables: DatasetTables, channels) -> list[Channel] | None:
     return [tables.channel(n) for n in channels]
 
 
+def select_subday_channels(tables: DatasetTables, chans: list[Channel] | None) -> list[Channel]:
+    """Sub-day channels matching the daily selection: those of the selected devices (so the GLOBEM
+    Fitbit-only ablation drops phone segments too); all when nothing is selected."""
+    if chans is None:
+        return list(tables.subday_channels)
+    devices = {c.device for c in chans}
+    return [c for c in tables.subday_channels if c.device in devices]
+
+
 def channels_option(channels) -> Any:
     """The JSON-able form of the channel option, for PredictionRecord.options."""
     if channels is None:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from balms.agents import prompts
 from balms.agents.common import (Episode, build_record, channels_option, get_window, parse_for,
-                                 per_sample_seed, resolve_channels)
+                                 per_sample_seed, resolve_channels, select_subday_channels)
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
@@ -47,15 +47,6 @@ def extract_code(text: str) -> tuple[str | None, str]:
     if not kept.rstrip().endswith("```"):
         kept = kept.rstrip("\n") + "\n```"
     return code, kept
-
-
-def select_subday_channels(tables: DatasetTables, chans: list[Channel] | None) -> list[Channel]:
-    """Sub-day channels matching the daily selection: those of the selected devices (so the GLOBEM
-    Fitbit-only ablation drops phone segments too)."""
-    if chans is None:
-        return list(tables.subday_channels)
-    devices = {c.device for c in chans}
-    return [c for c in tables.subday_channels if c.device in devices]
 
 
 def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:

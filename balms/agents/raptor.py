@@ -28,7 +28,7 @@ import pandas as pd
 
 from balms import paths
 from balms.agents import prompts
-from balms.agents.common import Episode
+from balms.agents.common import Episode, select_subday_channels
 from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
 from balms.agents.rag import MEMORY_SCOPES, user_history
@@ -68,11 +68,13 @@ def user_subday(tables: DatasetTables, sample: Sample, start=None) -> pd.DataFra
 
 
 def build_leaves(tables: DatasetTables, hist: Window) -> tuple[dict, int]:
-    """Day -> list of leaf texts for every day of `hist`; and the count of all-missing sub-day rows."""
+    """Day -> list of leaf texts for every day of `hist`; and the count of all-missing sub-day rows.
+    Sub-day channels follow the daily selection's devices (the wearable-only ablation has no phone leaves)."""
     s = hist.sample
     start = hist.daily.index.min() if len(hist.daily.index) else None
     sd = user_subday(tables, s, start)
-    chans = [c for c in tables.subday_channels if c.name in sd.columns]
+    picked = select_subday_channels(tables, hist.channels)
+    chans = [c for c in picked if c.name in sd.columns]
     empty = 0
     leaves: dict[pd.Timestamp, list[str]] = {ts: [] for ts in hist.daily.index}
     if len(sd) and chans:
