@@ -1,6 +1,7 @@
 """Resumable concurrent runner: agent x backend x samples -> one JSONL record per sample + a run manifest.
 
-Crash safety: each record is appended, flushed and fsynced as its sample completes (model calls are already
+Crash safety: each record is appended, flushed and fsynced as its sample completes (records that complete
+together share one fsync) (model calls are already
 committed to the response cache as they arrive). On restart the file is read back, a torn last line (a kill
 mid-write) is truncated, finished samples are skipped and cached model calls are served from the cache: zero
 lost, zero duplicated, nothing recomputed. A sample that fails with a non-transient error (or a transient one
@@ -21,7 +22,7 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -132,10 +133,11 @@ class _Appender:
         self._fh = open(path, "ab")
         self._lock = threading.Lock()
 
-    def write(self, record: PredictionRecord) -> None:
-        line = (record.model_dump_json() + "\n").encode("utf-8")
+    def write(self, records: Sequence[PredictionRecord]) -> None:
+        """Append records that completed together, then one flush + fsync (group commit)."""
+        data = b"".join((r.model_dump_json() + "\n").encode("utf-8") for r in records)
         with self._lock:
-            self._fh.write(line)
+            self._fh.write(data)
             self._fh.flush()
             os.fsync(self._fh.fileno())
 
@@ -305,15 +307,19 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") as pool:
             futures = [pool.submit(_predict, agent, wrapped, s, tables) for s in todo]
+            order = {f: i for i, f in enumerate(futures)}
+            pending = set(futures)
             try:
-                for fut in as_completed(futures):
-                    rec = fut.result()
-                    appender.write(rec)
-                    session["n_new"] += 1
-                    if rec.error:
-                        session["n_errors_new"] += 1
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    recs = [f.result() for f in sorted(finished, key=order.__getitem__)]
+                    appender.write(recs)
+                    session["n_new"] += len(recs)
+                    n_err = sum(r.error is not None for r in recs)
+                    if n_err:
+                        session["n_errors_new"] += n_err
                         bar.set_postfix(errors=session["n_errors_new"], refresh=False)
-                    bar.update(1)
+                    bar.update(len(recs))
             except BaseException:
                 for f in futures:
                     f.cancel()

@@ -6,7 +6,7 @@ client timeout), "truncated" (Content-Length larger than the body), "malformed" 
 "missing_choices" (JSON without the expected fields). After the queue is empty every request succeeds.
 
 Run standalone (for benchmarks, in its own process so its CPU does not share the client's GIL):
-    python tests/fake_servers.py openai --latency 0.2     # prints the port on stdout
+    python tests/fake_servers.py openai --latency 0.2 [--asyncio]    # prints the port on stdout
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class FakeServerBase:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body are separate writes: avoid the 40 ms delayed-ACK stall
 
             def log_message(self, *args):
                 pass
@@ -268,11 +269,53 @@ def make_samples(n: int, dataset: str = "synthetic-test"):
     return out
 
 
+async def _serve_openai_asyncio(latency: float) -> None:
+    """Low-overhead OpenAI-compatible server for benchmarks: one event loop, no thread per connection, so the
+    benchmark measures the client harness rather than this server's CPU. Speaks just enough HTTP/1.1."""
+    import asyncio
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                payload = json.loads(await reader.readexactly(length)) if length else {}
+                if head.startswith(b"GET"):
+                    body = json.dumps({"object": "list", "data": [{"id": "fake-model"}]}).encode()
+                else:
+                    await asyncio.sleep(latency)
+                    body = json.dumps(FakeOpenAIServer.respond(None, payload)).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    async with server:
+        await server.serve_forever()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("kind", choices=["openai", "anthropic"])
     ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--asyncio", action="store_true", help="low-overhead event-loop server (openai only)")
     args = ap.parse_args(argv)
+    if args.asyncio:
+        import asyncio
+
+        try:
+            asyncio.run(_serve_openai_asyncio(args.latency))
+        except KeyboardInterrupt:
+            pass
+        return 0
     cls = FakeOpenAIServer if args.kind == "openai" else FakeAnthropicServer
     srv = cls(latency=args.latency)
     print(srv.port, flush=True)

@@ -144,7 +144,8 @@ def start_llama_servers(alias: str, n: int, n_threads: int = 1, log_dir: Path | 
                "127.0.0.1", "--port", str(port), "--n_threads", str(n_threads), "--model_alias", alias,
                "--n_ctx", "2048"]
         log = open(log_dir / f"server{k}.log", "wb")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}  # idle servers' threads must not spin on shared cores
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         started.append((proc, f"http://127.0.0.1:{port}/v1", log))
     deadline = time.time() + 90
     pending = list(started)

@@ -188,3 +188,17 @@ def test_sigkill_midway_then_restart_every_sample_exactly_once(tmp_path):
     assert _cache_rows(cache) == rows_at_restart + session["cache_misses"] == 40 * 3
     assert session["cache_hits"] == 3 * session["n_new"] - session["cache_misses"]
     assert json.loads(manifest_path_for(out).read_text())["status"] == "complete"
+
+
+def test_http_backend_gets_the_per_request_timeout_natively(tmp_path):
+    from balms.models.openai_http import OpenAICompatBackend
+    from fake_servers import FakeOpenAIServer
+
+    with FakeOpenAIServer(faults=["timeout"], timeout_sleep=1.0) as srv:
+        http = OpenAICompatBackend("fake-model", [srv.url], timeout_s=60)  # its own timeout is long
+        res = run_samples(TinyAgent(), CachedBackend(http, ResponseCache(tmp_path / "c.sqlite")), make_samples(1),
+                          None, tmp_path / "r.jsonl", progress=False, timeout_s=0.3, retries=2)
+        (rec,) = load_records(tmp_path / "r.jsonl")
+        assert rec.error is None and rec.prediction is None and rec.raw_answer.startswith("echo:")
+        assert res.session["retries"] == 1 and len(srv.requests) == 2
+        http.close()

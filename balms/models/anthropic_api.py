@@ -50,7 +50,9 @@ class AnthropicBackend:
             timeout=timeout_s,
         )
 
-    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+    supports_timeout = True
+
+    def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
         if params.grammar:
             raise BackendError(f"{self.model_id}: the Anthropic API has no GBNF grammar support; use json_schema")
         system = "\n\n".join(m.content for m in messages if m.role == "system")
@@ -67,12 +69,14 @@ class AnthropicBackend:
             kwargs["stop_sequences"] = list(params.stop)
         if params.json_schema is not None:
             kwargs["output_config"] = {"format": {"type": "json_schema", "schema": params.json_schema}}
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        kwargs["timeout"] = timeout
         a = self._anthropic
         t0 = time.perf_counter()
         try:
             msg = self.client.messages.create(**kwargs)
         except a.APITimeoutError as exc:
-            raise BackendError(f"{self.model_id}: timeout after {self.timeout_s:g} s", transient=True) from exc
+            raise BackendError(f"{self.model_id}: timeout after {timeout:g} s", transient=True) from exc
         except a.APIConnectionError as exc:
             raise BackendError(f"{self.model_id}: connection error: {exc}", transient=True) from exc
         except a.APIStatusError as exc:

@@ -121,10 +121,15 @@ class CachedBackend:
             else:
                 self.misses += 1
 
-    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+    @property
+    def supports_timeout(self) -> bool:
+        return bool(getattr(self.backend, "supports_timeout", False))
+
+    def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
+        """`timeout_s` (transport settings never enter the key) is passed on to backends that support it."""
         if self.mode == "off":
             self._count(False)
-            return self.backend.generate(messages, params)
+            return self._call(messages, params, timeout_s)
         key = cache_key(self.model_id, messages, params)
         hit = self.cache.get(key)
         if hit is None:
@@ -134,7 +139,7 @@ class CachedBackend:
                 with lock:
                     hit = self.cache.get(key)  # another thread may have just computed it
                     if hit is None:
-                        return self._compute(key, messages, params)
+                        return self._compute(key, messages, params, timeout_s)
             finally:
                 with self._inflight_lock:
                     self._inflight.pop(key, None)
@@ -142,7 +147,12 @@ class CachedBackend:
         hit.cached = True
         return hit
 
-    def _compute(self, key: str, messages: Sequence[Message], params: GenParams) -> Completion:
+    def _call(self, messages, params, timeout_s):
+        if timeout_s is not None and self.supports_timeout:
+            return self.backend.generate(messages, params, timeout_s=timeout_s)
+        return self.backend.generate(messages, params)
+
+    def _compute(self, key: str, messages: Sequence[Message], params: GenParams, timeout_s=None) -> Completion:
         if self.mode == "replay":
             last = messages[-1].content if messages else ""
             snippet = last[:80].replace("\n", " ")
@@ -152,6 +162,6 @@ class CachedBackend:
                 transient=False,
             )
         self._count(False)
-        completion = self.backend.generate(messages, params)  # errors propagate and are never stored
+        completion = self._call(messages, params, timeout_s)  # errors propagate and are never stored
         self.cache.put(key, request_payload(self.model_id, messages, params), completion)
         return completion

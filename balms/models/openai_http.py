@@ -81,6 +81,7 @@ class OpenAICompatBackend:
         self.json_style = json_style
         self.extra_body = dict(extra_body or {})
         self.timeout_s = timeout_s
+        self._connect_timeout = connect_timeout_s
         key = api_key or os.environ.get("BALMS_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
@@ -130,16 +131,20 @@ class OpenAICompatBackend:
         body.update(self.extra_body)
         return body
 
-    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+    supports_timeout = True  # generate(..., timeout_s=) sets the transport timeout of that request
+
+    def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
         body = self.request_body(messages, params)
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         i = self._acquire()
         url = self.base_urls[i] + "/chat/completions"
         t0 = time.perf_counter()
         try:
-            resp = self._client.post(url, content=json.dumps(body))
+            resp = self._client.post(url, content=json.dumps(body),
+                                     timeout=httpx.Timeout(timeout, connect=min(timeout, self._connect_timeout)))
             content = resp.content
         except httpx.TimeoutException as exc:
-            raise BackendError(f"{self.model_id}: timeout after {self.timeout_s:g} s at {url} ({type(exc).__name__})",
+            raise BackendError(f"{self.model_id}: timeout after {timeout:g} s at {url} ({type(exc).__name__})",
                                transient=True) from exc
         except httpx.TransportError as exc:  # connect refused, reset, truncated body (RemoteProtocolError)
             raise BackendError(f"{self.model_id}: transport error at {url}: {type(exc).__name__}: {exc}",

@@ -7,12 +7,14 @@ backend it hands to agents in a `RetryingBackend`.
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Sequence
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from balms.models.base import BackendError, Completion, GenParams, Message
 
@@ -22,19 +24,24 @@ def is_transient(exc: BaseException) -> bool:
 
 
 class _WaitRetryAfter:
-    """Exponential backoff with full jitter, but never shorter than the server's retry-after."""
+    """Exponential backoff with full jitter (initial * 2**(n-1), capped), never shorter than retry-after.
+
+    The jitter is deliberately unseeded: it only spreads clients apart in time and never affects a result.
+    """
 
     def __init__(self, initial: float, max_wait: float):
-        self._exp = wait_random_exponential(multiplier=initial, max=max_wait)
-        self.max_wait = max_wait
+        self.initial, self.max_wait = initial, max_wait
 
-    def __call__(self, state: RetryCallState) -> float:
-        wait = self._exp(state)
-        exc = state.outcome.exception() if state.outcome else None
+    def delay(self, retry_number: int, exc: BaseException | None) -> float:
+        wait = random.uniform(0, min(self.initial * 2 ** (retry_number - 1), self.max_wait))
         ra = getattr(exc, "retry_after", None)
         if ra is not None:
             wait = max(wait, min(float(ra), self.max_wait))
         return wait
+
+    def __call__(self, state: RetryCallState) -> float:
+        # tenacity's attempt k is overall attempt k + 1 (the first one ran on the fast path), i.e. retry k + 1
+        return self.delay(state.attempt_number + 1, state.outcome.exception() if state.outcome else None)
 
 
 class RetryingBackend:
@@ -52,7 +59,11 @@ class RetryingBackend:
         self._lock = threading.Lock()
         self._wait = _WaitRetryAfter(initial_wait, max_wait)
         self._sleep = sleep
-        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="balms-call") if timeout_s else None
+        # Backends with a transport timeout (HTTP, Anthropic) get it per request; others run in a watchdog
+        # thread (a timed-out in-process call cannot be cancelled and finishes in the background).
+        self._native = bool(getattr(backend, "supports_timeout", False))
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="balms-call") \
+            if timeout_s and not self._native else None
 
     def __getattr__(self, item):  # expose stats() etc. of the wrapped backend
         return getattr(self.backend, item)
@@ -60,6 +71,8 @@ class RetryingBackend:
     def _once(self, messages: Sequence[Message], params: GenParams) -> Completion:
         with self._lock:
             self.attempts += 1
+        if self._native and self.timeout_s:
+            return self.backend.generate(messages, params, timeout_s=self.timeout_s)
         if self._pool is None:
             return self.backend.generate(messages, params)
         fut = self._pool.submit(self.backend.generate, messages, params)
@@ -73,9 +86,18 @@ class RetryingBackend:
             self.retried += 1
 
     def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+        try:  # fast path: most calls succeed first time, and need no retry machinery
+            return self._once(messages, params)
+        except BackendError as exc:
+            if not exc.transient or self.retries <= 0:
+                raise
+            first = exc
+        with self._lock:
+            self.retried += 1
+        (self._sleep or time.sleep)(self._wait.delay(1, first))
         kwargs = {} if self._sleep is None else {"sleep": self._sleep}
         retrying = Retrying(
-            stop=stop_after_attempt(self.retries + 1),
+            stop=stop_after_attempt(self.retries),  # the first attempt was made above
             wait=self._wait,
             retry=retry_if_exception(is_transient),
             before_sleep=self._before_sleep,
@@ -85,8 +107,8 @@ class RetryingBackend:
         try:
             return retrying(self._once, messages, params)
         except BackendError as exc:
-            n = retrying.statistics.get("attempt_number", 1)
-            if exc.transient and n > 1:
+            n = retrying.statistics.get("attempt_number", 1) + 1
+            if exc.transient:
                 raise BackendError(f"{exc} (gave up after {n} attempts)", transient=True,
                                    retry_after=exc.retry_after) from exc
             raise
