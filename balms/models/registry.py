@@ -20,6 +20,9 @@ from pathlib import Path
 
 from balms.models.pricing import price_of
 
+# Before anything can import llama_cpp (libgomp reads this once, at load): see balms.models.llamacpp.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 JUDGE_MODEL = "Llama-3.3-70B-Instruct"
 
