@@ -1,0 +1,120 @@
+"""The notebooks' shared layer: grids of cached, resumable runs, summaries, the paper-vs-ours tables, judging.
+
+A scripted backend stands in for the model (the real-model path is covered by the smoke notebooks); the data
+are the synthetic PMData cohort read through the real loader.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from balms import experiments as ex
+from balms.judges.rubric import TIER1, TIER2
+from balms.models.base import Completion
+
+
+class Scripted:
+    """Answers 'Answer: 3' to predictions and a fixed verdict to judge prompts; counts calls."""
+
+    model_id = "scripted:test"
+    name = "scripted"
+
+    def __init__(self):
+        self.calls = 0
+
+    def generate(self, messages, params):
+        self.calls += 1
+        if params.json_schema is not None or "rubric" in messages[0].content.lower():
+            v = {d: {"score": 1, "justification": "ok"} for d in TIER1}
+            v.update({d: {"score": 4, "justification": "ok"} for d in TIER2})
+            v["c4_lag"] = {"score": None, "justification": "not invoked"}
+            text = json.dumps(v)
+        else:
+            text = "Sleep was 352 minutes on day 1, so stress is moderate.\nAnswer: 3"
+        return Completion(text=text, model_id=self.model_id, prompt_tokens=100, completion_tokens=10, latency_s=0.01)
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("BALMS_RAW_DIR", str(tmp_path / "no_raw"))  # -> synthetic cohorts
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BALMS_OUTPUT_DIR", str(tmp_path / "out"))
+    ex._cohort.cache_clear()
+    backend = Scripted()
+    import balms.models.registry as reg
+
+    monkeypatch.setattr(reg, "get_backend", lambda name=None, **kw: backend)
+    cfg = ex.ExperimentConfig(profile="t", datasets=["pmdata"], systems=["healthllm"], backbones=["scripted"],
+                              n_samples=4, seed=0)
+    yield cfg, backend
+    ex._cohort.cache_clear()
+
+
+def test_config_rejects_unknown_parameters():
+    with pytest.raises(ValueError, match="n_sample"):
+        ex.ExperimentConfig.from_params(n_sample=3)
+    cfg = ex.config_from_namespace({"n_samples": 3, "profile": "x", "unrelated": 1, "lookbacks": [7]})
+    assert cfg.n_samples == 3 and cfg.lookbacks == [7]
+
+
+def test_eval_samples_are_seeded_and_identical_across_calls(env):
+    cfg, _ = env
+    co = ex.cohort("pmdata", cfg)
+    assert co.source == "synthetic"
+    a, b = co.eval_samples(4, 0), co.eval_samples(4, 0)
+    assert [s.sample_id for s in a] == [s.sample_id for s in b] and len(a) == 4
+    assert [s.sample_id for s in co.eval_samples(4, 1)] != [s.sample_id for s in a]
+    assert set(s.sample_id for s in a) <= set(s.sample_id for s in co.test)
+
+
+def test_run_grid_is_cached_and_resumable(env):
+    cfg, backend = env
+    df = ex.run_grid(cfg, cots=(False, True))
+    assert len(df) == 8 and set(df["cot"]) == {False, True} and (df["prediction"] == 3).all()
+    calls = backend.calls
+    again = ex.run_grid(cfg, cots=(False, True))
+    assert backend.calls == calls  # every record read back from the run files, no model call
+    pd.testing.assert_frame_equal(df.reset_index(drop=True), again.reset_index(drop=True))
+
+
+def test_with_lookback_keeps_target_and_window_end(env):
+    cfg, _ = env
+    s = ex.cohort("pmdata", cfg).eval_samples(1, 0)[0]
+    t = ex.with_lookback(s, 7)
+    assert (t.target_date, t.window_end, t.lookback) == (s.target_date, s.window_end, 7)
+    assert len(t.window_dates) == 7
+
+
+def test_summarize_and_table3_layout(env):
+    cfg, _ = env
+    df = ex.run_grid(cfg, cots=(False,))
+    summ = ex.summarize(df, cfg=cfg)
+    row = summ.iloc[0]
+    y = df["label"].to_numpy()
+    assert row["mae"] == pytest.approx(abs(y - 3).mean())
+    assert row["mae_ci_low"] <= row["mae"] <= row["mae_ci_high"]
+    assert row["mean_predictor_mae"] == pytest.approx(abs(y - ex.cohort("pmdata", cfg).train_mean).mean())
+    mp = ex.mean_predictor_rows(cfg)
+    assert mp.iloc[0]["mae_raw_mean"] == pytest.approx(row["mean_predictor_mae"])
+    t3 = ex.table3_paper_vs_ours(summ, mp, cot=False)
+    assert t3.loc[0, "paper Qwen2.5-14B-Instruct"] == pytest.approx(0.62)  # the paper's PMData Health-LLM cell
+    assert t3.loc[0, "paper mean predictor"] == pytest.approx(0.48)
+    assert t3.loc[0, "ours scripted"] == pytest.approx(row["mae"])
+    assert "diff scripted" not in t3.columns  # not a paper backbone: no diff is invented
+
+
+def test_judge_grid_writes_resumable_verdicts_and_aggregates(env):
+    cfg, backend = env
+    judged = ex.judge_grid(cfg, judge_model="scripted")
+    assert len(judged) == 4 and (judged["judge_status"] == "scored").all()
+    calls = backend.calls
+    ex.judge_grid(cfg, judge_model="scripted")
+    assert backend.calls == calls  # verdicts read back from <run>.judge.jsonl
+    agg = ex.aggregate_judgements(judged, by=["dataset", "system"])
+    assert agg.loc[0, "c1_alignment_cond_acc"] == 1.0 and agg.loc[0, "overall"] == 4.0
+    assert pd.isna(agg.loc[0, "c4_lag_cond_acc"])  # never invoked: undefined, not zero
+    ground = ex.ground_grid(cfg, judged)
+    assert len(ground) == 4 and (ground["n_claims"] >= 1).all()
