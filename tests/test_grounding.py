@@ -286,3 +286,10 @@ def test_between_range_and_pronoun_carry_over(win):
     assert rep.n_claims == 1 and rep.claims[0].channel == "Sleep Minutes" and rep.claims[0].status == "wrong_day"
     rep = check_rationale("Sleep was very short once. Overall 139 minutes on day 2.", win, n_days=14)
     assert rep.claims[0].channel is None and rep.claims[0].status == "unverifiable"  # no pronoun: no guess
+
+
+def test_list_enumerators_are_not_values(win):
+    text = "1. **Steps**: the user walked 4663 steps on day 4.\n2) Sleep was 139 minutes on day 3."
+    rep = check_rationale(text, win, n_days=14)
+    assert [(c.channel, c.status, c.values[0].value) for c in rep.claims] == [
+        ("Steps", "supported", 4663.0), ("Sleep Minutes", "supported", 139.0)]

@@ -336,6 +336,8 @@ def _value_tokens(text: str, day_spans: list[tuple[int, int]],
             continue  # "14-day period", "over 14 days": durations, not values
         if re.match(r"\s*(?:/\s*\d{1,2}\b|out of\s+\d{1,2}\b)", after, re.I) or (lab and not re.match(_UNIT_RE, after)):
             continue  # the label itself ("score of 2", "3/5"), not a sensing value
+        if re.fullmatch(r"[\s*#>\-]*", text[:s]) and re.match(r"[.)]\s", text[e:e + 2]):
+            continue  # a list enumerator: "1. **Identify the data**"
         if re.search(r"[A-Za-z]-$|(?:\bout of|/)\s*$", before, re.I):
             continue  # "PHQ-4"; the 100 of "76 out of 100" or "76/100"
         um = re.match(_UNIT_RE, after, re.I)
