@@ -8,7 +8,9 @@ lost, zero duplicated, nothing recomputed. A sample that fails with a non-transi
 that outlived its retries) gets a record with `error` set; `retry_failed=True` reruns those.
 
 Every model call goes through `RetryingBackend` (per-call timeout; exponential backoff with jitter, honouring
-retry-after, for transient errors), so a multi-step agent never redoes finished steps.
+retry-after, for transient errors), so a multi-step agent never redoes finished steps. When the backend has its
+own retry layer (get_backend adds one for remote models) the runner keeps that one and `retries` is not
+applied twice. Record order is completion order (identical across re-runs at concurrency 1).
 """
 
 from __future__ import annotations
@@ -240,6 +242,17 @@ def _predict(agent, backend, sample, tables) -> PredictionRecord:
     return rec
 
 
+def _inner_retrying(backend) -> RetryingBackend | None:
+    """The first RetryingBackend in a wrapper chain (get_backend puts one under the cache of remote models)."""
+    for _ in range(8):
+        if isinstance(backend, RetryingBackend):
+            return backend
+        backend = getattr(backend, "backend", None)
+        if backend is None:
+            return None
+    return None
+
+
 def _stats(backend) -> dict:
     fn = getattr(backend, "stats", None)
     return dict(fn()) if callable(fn) else {}
@@ -276,7 +289,9 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
             old = {}
     started = _now()
     stats0 = _stats(backend)
-    wrapped = RetryingBackend(backend, retries=retries, timeout_s=timeout_s)
+    inner = _inner_retrying(backend)  # if the backend retries itself, don't multiply the attempts
+    inner0 = (inner.attempts, inner.retried) if inner else (0, 0)
+    wrapped = RetryingBackend(backend, retries=0 if inner else retries, timeout_s=timeout_s)
     session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_new": 0, "n_errors_new": 0}
     manifest: dict[str, Any] = {
         "run_file": str(out_path),
@@ -333,7 +348,8 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
         stats1 = _stats(backend)
         session.update({
             "ended_at": _now(), "wall_s": round(wall, 3), "status": status,
-            "model_attempts": wrapped.attempts, "retries": wrapped.retried,
+            "model_attempts": (inner.attempts - inner0[0]) if inner else wrapped.attempts,
+            "retries": wrapped.retried + ((inner.retried - inner0[1]) if inner else 0),
             **{f"cache_{k}": stats1.get(k, 0) - stats0.get(k, 0) for k in ("hits", "misses") if k in stats1},
         })
         records = [r for r in _scan(out_path)[0] if r.key() in wanted]

@@ -3,7 +3,8 @@ server (stdlib ThreadingHTTPServer, port 0), each able to inject faults, plus an
 
 Faults are consumed one per request, in order: "429", "500", "503", "529", "timeout" (sleep longer than the
 client timeout), "truncated" (Content-Length larger than the body), "malformed" (not JSON),
-"missing_choices" (JSON without the expected fields). After the queue is empty every request succeeds.
+"missing_choices" (JSON without the expected fields), "ok" (a normal answer). After the queue is empty every
+request succeeds.
 
 Run standalone (for benchmarks, in its own process so its CPU does not share the client's GIL):
     python tests/fake_servers.py openai --latency 0.2 [--asyncio]    # prints the port on stdout
@@ -123,6 +124,8 @@ class FakeServerBase:
                 with server.lock:
                     server.requests.append(payload)
                 fault = server.next_fault()
+                if fault == "ok":
+                    fault = None
                 if server.latency:
                     time.sleep(server.latency)
                 if fault and fault.isdigit():

@@ -202,3 +202,18 @@ def test_http_backend_gets_the_per_request_timeout_natively(tmp_path):
         assert rec.error is None and rec.prediction is None and rec.raw_answer.startswith("echo:")
         assert res.session["retries"] == 1 and len(srv.requests) == 2
         http.close()
+
+
+def test_remote_backend_from_registry_retries_once_not_twice(tmp_path, isolated_cache):
+    from balms.models.registry import get_backend
+    from fake_servers import FakeOpenAIServer
+
+    with FakeOpenAIServer(faults=["500", "503", "ok"] + ["500"] * 10) as srv:
+        b = get_backend("Qwen2.5-7B-Instruct", base_urls=[srv.url], retries=2)
+        res = run_samples(TinyAgent(), b, make_samples(2), None, tmp_path / "r.jsonl", progress=False, retries=5)
+        recs = load_records(tmp_path / "r.jsonl")
+        # sample 1: 500, 503, then success (3 attempts); sample 2: 500 x 3 -> gave up after the backend's 3 attempts
+        assert sum(r.error is None for r in recs) == 1
+        failed = next(r for r in recs if r.error)
+        assert "HTTP 500" in failed.error and "gave up after 3 attempts" in failed.error
+        assert len(srv.requests) == 6 and res.session["model_attempts"] == 6 and res.session["retries"] == 4

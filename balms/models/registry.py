@@ -178,7 +178,10 @@ def shared_cache(path: str | Path | None = None):
 
 
 def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: str | Path | None = None, **overrides):
-    """Backend for a registry name (None -> default_model_name()), wrapped in the response cache."""
+    """Backend for a registry name (None -> default_model_name()), wrapped in the response cache.
+
+    Remote backends (HTTP, Anthropic) also get a retry layer under the cache (`retries=4` by default).
+    """
     from balms.models.cache import CachedBackend
 
     name = name or default_model_name()
@@ -187,7 +190,12 @@ def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: 
         mid = overrides.get("model_id") or (os.environ.get("BALMS_ANTHROPIC_MODEL") if s.backend == "anthropic" else None)
         raw = ReplayOnlyBackend(mid or s.model_id, s.name)
         return CachedBackend(raw, shared_cache(cache_path), mode="replay")
+    retries = overrides.pop("retries", 4)
     raw = build_raw_backend(name, **overrides)
+    if spec(name).backend in ("openai", "anthropic") or overrides.get("backend") in ("openai", "anthropic"):
+        from balms.models.retrying import RetryingBackend
+
+        raw = RetryingBackend(raw, retries=retries)  # under the cache: errors are retried, never stored
     if cache_mode == "off":
         return CachedBackend(raw, None, mode="off")
     return CachedBackend(raw, shared_cache(cache_path), mode=cache_mode)

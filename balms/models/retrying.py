@@ -1,8 +1,10 @@
 """Per-call retries and timeout for any backend: exponential backoff with jitter on transient
 `BackendError`s (429, 5xx, 529 overload, timeouts, truncated bodies), honouring the server's retry-after.
 
-Retries live at the call level so a multi-step agent never redoes finished steps; the runner wraps the
-backend it hands to agents in a `RetryingBackend`.
+Retries live at the call level so a multi-step agent never redoes finished steps. `get_backend` puts one
+under the cache for remote backends (HTTP, Anthropic), so judges and notebooks get retries too; the runner
+wraps the backend it hands to agents in another that adds the per-call timeout (and retries only when the
+backend has no retry layer of its own).
 """
 
 from __future__ import annotations
@@ -62,32 +64,38 @@ class RetryingBackend:
         # Backends with a transport timeout (HTTP, Anthropic) get it per request; others run in a watchdog
         # thread (a timed-out in-process call cannot be cancelled and finishes in the background).
         self._native = bool(getattr(backend, "supports_timeout", False))
-        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="balms-call") \
-            if timeout_s and not self._native else None
+        self._pool: ThreadPoolExecutor | None = None  # watchdog threads, created on first need
+
+    # A RetryingBackend can always enforce a per-call timeout (natively or with its watchdog).
+    supports_timeout = True
 
     def __getattr__(self, item):  # expose stats() etc. of the wrapped backend
         return getattr(self.backend, item)
 
-    def _once(self, messages: Sequence[Message], params: GenParams) -> Completion:
+    def _once(self, messages: Sequence[Message], params: GenParams, timeout: float | None) -> Completion:
         with self._lock:
             self.attempts += 1
-        if self._native and self.timeout_s:
-            return self.backend.generate(messages, params, timeout_s=self.timeout_s)
-        if self._pool is None:
+        if not timeout:
             return self.backend.generate(messages, params)
+        if self._native:
+            return self.backend.generate(messages, params, timeout_s=timeout)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="balms-call")
         fut = self._pool.submit(self.backend.generate, messages, params)
         try:
-            return fut.result(timeout=self.timeout_s)
+            return fut.result(timeout=timeout)
         except FutureTimeout:
-            raise BackendError(f"{self.model_id}: no response within {self.timeout_s:g} s", transient=True) from None
+            raise BackendError(f"{self.model_id}: no response within {timeout:g} s", transient=True) from None
 
     def _before_sleep(self, state: RetryCallState) -> None:
         with self._lock:
             self.retried += 1
 
-    def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
+    def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         try:  # fast path: most calls succeed first time, and need no retry machinery
-            return self._once(messages, params)
+            return self._once(messages, params, timeout)
         except BackendError as exc:
             if not exc.transient or self.retries <= 0:
                 raise
@@ -105,13 +113,17 @@ class RetryingBackend:
             **kwargs,
         )
         try:
-            return retrying(self._once, messages, params)
+            return retrying(self._once, messages, params, timeout)
         except BackendError as exc:
             n = retrying.statistics.get("attempt_number", 1) + 1
             if exc.transient:
                 raise BackendError(f"{exc} (gave up after {n} attempts)", transient=True,
                                    retry_after=exc.retry_after) from exc
             raise
+
+    def stats(self) -> dict:
+        inner = getattr(self.backend, "stats", None)
+        return {**(inner() if callable(inner) else {}), "attempts": self.attempts, "retried": self.retried}
 
     def close(self) -> None:
         if self._pool is not None:
