@@ -18,6 +18,7 @@ the last expression's value, returns short tracebacks, and adds a schema card to
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -53,6 +54,8 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
     """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
     s = window.sample
     end = pd.Timestamp(s.window_end)
+    if s.user not in tables.daily.index.get_level_values("user"):
+        raise ValueError(f"{tables.name}: user {s.user!r} has no daily rows")
     daily = tables.daily.xs(s.user, level="user").copy()
     daily.index = pd.DatetimeIndex(daily.index).normalize()
     daily = daily[daily.index <= end].sort_index()
@@ -103,7 +106,7 @@ class PhiaAgent:
                 "prompt_version": prompts.PROMPT_VERSION}
         if self.limits is not None:
             lim = self.limits
-            opts["limits"] = lim.__dict__ if hasattr(lim, "__dict__") else str(lim)
+            opts["limits"] = dataclasses.asdict(lim) if dataclasses.is_dataclass(lim) else str(lim)
         return opts
 
     def _setup(self, sample: Sample, tables: DatasetTables):

@@ -24,7 +24,7 @@ SYSTEM_PROMPT = (
 )
 
 # Bump when any prompt text changes (recorded in PredictionRecord.options).
-PROMPT_VERSION = "v1"
+PROMPT_VERSION = "v2"
 
 # Decoding budgets (parameters, recorded in PredictionRecord.options by the agents).
 ZERO_SHOT_MAX_TOKENS = 24
@@ -154,8 +154,9 @@ def phia_frames_description(frames: dict[str, pd.DataFrame], subday_unit: str,
         grain = "one row per day" if name == "daily" else f"one row per {subday_unit or 'sub-day slot'}"
         lines.append(f"- `{name}`: {grain}, {len(df)} rows, columns: {cols}")
     if executor == "faithful":
-        lines.append("Each code block runs in a fresh Python scope: variables do not persist between "
-                     "blocks, and only what you print is shown.")
+        # As in the original PHIA setup, the prompt does NOT warn that each block runs in a fresh scope:
+        # the lost-state failure (F2) is part of what the faithful executor reproduces.
+        lines.append("Print what you need to see.")
     else:
         lines.append("Variables persist between blocks, and the value of a block's last expression is "
                      "shown as in a notebook.")

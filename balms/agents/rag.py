@@ -38,6 +38,8 @@ def user_history(tables: DatasetTables, window: Window, scope: str = "history") 
     if scope == "lookback":
         daily = window.daily
     else:
+        if s.user not in tables.daily.index.get_level_values("user"):
+            raise ValueError(f"{tables.name}: user {s.user!r} has no daily rows")
         daily = tables.daily.xs(s.user, level="user")
         daily.index = pd.DatetimeIndex(daily.index).normalize()
         daily = daily[daily.index <= pd.Timestamp(s.window_end)]
