@@ -31,11 +31,16 @@ def test_chat_completion_counts_tokens_and_is_deterministic(smol):
 
 
 def test_explicit_system_message_is_used(smol):
-    # The default system message is inserted only when the caller gives none; with one the prompt is longer.
-    short = smol.generate([Message("user", "Hi")], GenParams(max_tokens=1))
+    from balms.models.llamacpp import DEFAULT_SYSTEM
+
+    # With no system message ours is inserted (not the chat template's own default), so both prompts match;
+    # a caller's system message replaces it.
+    bare = smol.generate([Message("user", "Hi")], GenParams(max_tokens=1))
+    default = smol.generate([Message("system", DEFAULT_SYSTEM), Message("user", "Hi")], GenParams(max_tokens=1))
     longer = smol.generate([Message("system", "You are a helpful assistant. " * 10), Message("user", "Hi")],
                            GenParams(max_tokens=1))
-    assert longer.prompt_tokens > short.prompt_tokens + 40
+    assert bare.prompt_tokens == default.prompt_tokens
+    assert longer.prompt_tokens > bare.prompt_tokens + 40
 
 
 def test_json_schema_and_grammar_constrain_output(smol):
@@ -52,3 +57,12 @@ def test_cached_wrapper_second_call_is_a_hit(isolated_cache):
     first = b.generate(msgs, GenParams(max_tokens=4))
     second = b.generate(msgs, GenParams(max_tokens=4))
     assert second.cached and second.text == first.text and b.stats()["hits"] == 1
+
+
+def test_think_block_split_and_counted(smol):
+    # A grammar forces a reasoning-model-shaped output from the real model.
+    g = 'root ::= "<think>steps were low all week</think>" "Answer: " [1-5]'
+    c = smol.generate([Message("user", "Stress?")], GenParams(max_tokens=40, grammar=g))
+    assert c.reasoning == "steps were low all week"
+    assert c.text.startswith("Answer: ") and "<think>" not in c.text
+    assert 0 < c.reasoning_tokens < c.completion_tokens
