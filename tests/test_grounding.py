@@ -293,3 +293,11 @@ def test_list_enumerators_are_not_values(win):
     rep = check_rationale(text, win, n_days=14)
     assert [(c.channel, c.status, c.values[0].value) for c in rep.claims] == [
         ("Steps", "supported", 4663.0), ("Sleep Minutes", "supported", 139.0)]
+
+
+def test_value_from_another_channel_is_reported(win):
+    c = check_rationale("Sleep on day 12 was 334.2 minutes.", win, n_days=14)
+    assert c.wrong_channel == 1 and c.claims[0].status == "value_not_found"
+    assert c.claims[0].values[0].other_channels == {"Screen Unlock Duration": [12]}
+    c = check_rationale("Sleep on day 12 was 3 minutes.", win, n_days=14)  # too small to be distinctive
+    assert c.wrong_channel == 0 and c.claims[0].values[0].other_channels == {}

@@ -49,6 +49,7 @@ class ValueCheck(BaseModel):
     found_days: list[int] = Field(default_factory=list)  # days of the channel where the value is shown
     status: Status = "supported"
     role: str = "value"  # value | low | high | from | to | aggregate
+    other_channels: dict[str, list[int]] = Field(default_factory=dict)  # value_not_found: where it IS shown
 
 
 class ClaimCheck(BaseModel):
@@ -75,6 +76,7 @@ class GroundingReport(BaseModel):
     n_day_cited: int = 0  # claims that cite a day
     correct_day: int = 0  # claims that cite a day and are supported
     value_match: int = 0  # claims whose values all exist in the channel (any day)
+    wrong_channel: int = 0  # value_not_found claims whose missing values are all shown in another channel
     n_trends: int = 0  # multi-day trends: from->to end points more than one day apart (the paper's count)
     n_changes: int = 0  # other from->to statements (day-to-day changes, or end days unresolved)
     claims: list[ClaimCheck] = Field(default_factory=list)
@@ -514,6 +516,7 @@ def check_rationale(rationale: str, window, *, n_days: int | None = None,
             sd = [t for t in dtoks if seg.start <= t.start < seg.end]
             if sv:
                 report.claims.extend(_claims_of_segment(sent, seg, sv, sd, chans, n))
+    _other_channels(report, chans)
     for c in report.claims:
         report.n_claims += 1
         setattr(report, c.status, getattr(report, c.status) + 1)
@@ -523,6 +526,29 @@ def check_rationale(rationale: str, window, *, n_days: int | None = None,
         report.n_trends += c.kind == "trend" and c.multiday
         report.n_changes += c.kind == "trend" and not c.multiday
     return report
+
+
+def _other_channels(report: GroundingReport, chans: list[_Chan]) -> None:
+    """For values not found in their channel, the channels and days where they ARE shown (a value
+    attributed to the wrong channel). Only distinctive numbers (|v| >= 10 or with decimals)."""
+    for c in report.claims:
+        if c.status != "value_not_found" or c.kind == "aggregate":
+            continue
+        missing = [v for v in c.values if v.status == "value_not_found" and v.value is not None]
+        for v in missing:
+            toks = [t for t in re.findall(_NUMBER, v.text) if float(t.replace(",", "")) == v.value]
+            dec = _num(toks[0])[1] if toks else 0
+            if abs(v.value) < 10 and dec == 0:
+                continue
+            for ch in chans:
+                if ch.label == c.channel:
+                    continue
+                days = [i + 1 for i, x in enumerate(ch.shown) if value_matches(v.value, dec, x)]
+                if days:
+                    v.other_channels[ch.label] = days
+        if missing and all(v.other_channels for v in missing):
+            c.note = (c.note + "; " if c.note else "") + "value(s) shown in another channel"
+            report.wrong_channel += 1
 
 
 def _nearest_day(t: _Tok, sd: list[_Tok], used: set[int]) -> _Tok | None:
