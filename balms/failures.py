@@ -5,9 +5,10 @@ F2 lost state: a NameError for a name that an earlier code block of the same epi
    faithful executor runs each block in a fresh scope). Earlier blocks are parsed with `ast`.
 F3 forced finish: the step budget ran out and the harness forced the final answer.
 F4 magic-number thresholds: comparisons (`>`, `<`, `>=`, `<=`, `==`, `!=`) against numeric literals that
-   are not derived from the user's data: trivial literals (0, 1, -1) are skipped, as are literals the
-   episode had already printed in an observation (read off the data), comparisons of time/size fields
-   (hour, day, len(...), shape...) and of a name assigned from data in the same block.
+   are not derived from the user's data (directly, or through a name bound to a bare literal in the
+   block, e.g. THRESHOLD = 7000). Skipped: trivial literals (0, 1, -1), literals the episode had
+   already printed in an observation (read off the data), comparisons of time/size fields (hour, day,
+   len(...), shape...), and names computed in the block (thr = daily.steps.median()).
 F5 schema-blind aggregation: `.sum()` / `.mean()` (or np.sum/np.mean/sum) over a sub-day frame
    (`subday` and names assigned from it) with no groupby/resample/pivot and no filter to one date.
 
@@ -98,11 +99,32 @@ def magic_thresholds(code: str, printed: set[float] | None = None) -> list[str]:
     if tree is None:
         return []
     printed = printed or set()
+    # names bound to a bare literal in this block ("THRESHOLD = 7000") are literals too; a name bound
+    # to anything computed (e.g. from the data) is not
+    const_names: dict[str, ast.AST] = {}
+    computed: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and _is_num(node.value):
+                    const_names[t.id] = node.value
+                elif isinstance(t, ast.Name):
+                    computed.add(t.id)
+    for name in computed:
+        const_names.pop(name, None)
+
+    def lit(o):
+        if _is_num(o):
+            return o
+        if isinstance(o, ast.Name) and o.id in const_names:
+            return const_names[o.id]
+        return None
+
     events = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
-        operands = [node.left, *node.comparators]
+        operands = [lit(o) or o for o in (node.left, *node.comparators)]
         if not any(isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq)) for op in node.ops):
             continue
         lits = [o for o in operands if _is_num(o)]

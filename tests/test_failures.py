@@ -71,6 +71,9 @@ def test_f3_forced_finish():
     ("night = subday[subday['slot_index'] < 12]\nprint(night.steps.sum())", 0),  # time-of-day filter
     ("base = daily['steps'].mean()\nprint(daily['steps'].iloc[-1] < 0.8 * base)", 0),  # derived from data
     ("print(daily['steps'].iloc[-1] >", 0),  # unparseable block: nothing to inspect
+    ("THRESHOLD = 7000\nprint(daily['steps'].iloc[-1] < THRESHOLD)", 1),  # a literal behind a name
+    ("thr = daily['steps'].median()\nprint(daily['steps'].iloc[-1] < thr)", 0),  # a name computed from data
+    ("thr = 5\nthr = daily['steps'].median()\nprint(daily['steps'].iloc[-1] < thr)", 0),
 ])
 def test_f4_magic_numbers(src, n):
     assert len(magic_thresholds(src)) == n
