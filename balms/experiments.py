@@ -13,7 +13,7 @@ import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -75,10 +75,6 @@ class Cohort:
     @property
     def train_mean(self) -> float:
         return float(np.mean([s.label for s in self.train]))
-
-    @cached_property
-    def by_user_day(self) -> dict[tuple[str, str], Sample]:
-        return {(s.user, s.target_date.isoformat()): s for s in self.sampleset.samples}
 
     def eval_samples(self, n: int, seed: int) -> list[Sample]:
         """n seeded test samples (0 = all), sorted by user and date, identical for every system/backbone."""
@@ -269,25 +265,10 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
 
 
 def _window_for_record(cfg: ExperimentConfig, rec: PredictionRecord):
-    """Rebuild exactly the window the agent saw (same sample, same context and channel options)."""
-    from balms.data.samples import sample_from_row, window_of
+    """Exactly the window the agent saw (same sample, the agents' own channel and context resolution)."""
+    from balms.judges.llm_judge import window_for_record
 
-    co = cohort(rec.dataset, cfg)
-    sample = sample_from_row(_sample_row(rec, co))
-    chans = rec.options.get("channels")
-    return window_of(co.tables, sample, context=rec.options.get("context", True),
-                     channels=list(chans) if chans else None)
-
-
-def _sample_row(rec: PredictionRecord, co: Cohort) -> dict:
-    """The record's sample as a row: window end from the cohort's own sample, look-back from the record."""
-    base = co.by_user_day.get((rec.user, rec.target_date))
-    if base is None:
-        raise KeyError(f"record {rec.sample_id}: no such (user, target day) in the {rec.dataset} cohort")
-    return {"dataset": rec.dataset, "user": rec.user, "target_date": rec.target_date, "label": rec.label,
-            "lookback": rec.lookback, "window_end": base.window_end.isoformat(),
-            "window_start": (base.window_end - dt.timedelta(days=rec.lookback - 1)).isoformat(),
-            "source": rec.source}
+    return window_for_record({rec.dataset: cohort(rec.dataset, cfg).tables}, rec)
 
 
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,

@@ -118,3 +118,5 @@ def test_judge_grid_writes_resumable_verdicts_and_aggregates(env):
     assert pd.isna(agg.loc[0, "c4_lag_cond_acc"])  # never invoked: undefined, not zero
     ground = ex.ground_grid(cfg, judged)
     assert len(ground) == 4 and (ground["n_claims"] >= 1).all()
+    # the checker sees the agent's real window: the scripted "352 minutes on day 1" is checked, not unverifiable
+    assert (ground["unverifiable"] < ground["n_claims"]).all()
