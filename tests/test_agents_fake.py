@@ -160,7 +160,7 @@ def test_phia_episode_transcript(pm, executor):
     assert rec.n_steps == 3 and rec.options["executor"] == executor
     # the hallucinated "[Observe] 400" was cut before it entered the conversation
     assert "[Observe] 400" not in be.calls[1][0][2].content
-    assert be.calls[0][1].stop and "[Observe]" in be.calls[0][1].stop
+    assert be.calls[0][1].stop and "\n[Observe]" in be.calls[0][1].stop
 
 
 def test_phia_forced_finish_when_budget_runs_out(pm):

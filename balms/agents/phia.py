@@ -32,6 +32,7 @@ from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
 
 EXECUTORS = ("faithful", "improved")
+_TAGS = re.compile(r"^\s*\[(?:Finish|Observe|Observation|Thought)\]\s*", re.MULTILINE)
 _CODE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(?P<code>.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 
@@ -104,9 +105,11 @@ class PhiaAgent:
                 "executor": self.executor, "max_iters": int(self.max_iters),
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
                 "prompt_version": prompts.PROMPT_VERSION}
-        if self.limits is not None:
-            lim = self.limits
-            opts["limits"] = dataclasses.asdict(lim) if dataclasses.is_dataclass(lim) else str(lim)
+        # the effective sandbox limits change observations (timeouts, truncation): always recorded
+        from balms.agents.sandbox import SandboxLimits
+
+        lim = self.limits if self.limits is not None else SandboxLimits()
+        opts["limits"] = dataclasses.asdict(lim) if dataclasses.is_dataclass(lim) else str(lim)
         return opts
 
     def _setup(self, sample: Sample, tables: DatasetTables):
@@ -177,7 +180,7 @@ class PhiaAgent:
                                 seed=params.seed)
             comp = episode.call(msgs, fparams, kind="forced_finish", log_prompt=True)
             final_text, parsed = comp.text, parse_for(tables, comp.text)
-        rationale = re.sub(r"^\s*\[Finish\]\s*", "", parsed.rationale) if parsed else ""
+        rationale = _TAGS.sub("", parsed.rationale).strip() if parsed else ""
         return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
                             backend=backend, episode=episode, options=self.options(),
                             raw_answer=final_text, parsed=parsed, rationale=rationale, error=error)

@@ -24,7 +24,7 @@ SYSTEM_PROMPT = (
 )
 
 # Bump when any prompt text changes (recorded in PredictionRecord.options).
-PROMPT_VERSION = "v2"
+PROMPT_VERSION = "v4"
 
 # Decoding budgets (parameters, recorded in PredictionRecord.options by the agents).
 ZERO_SHOT_MAX_TOKENS = 24
@@ -129,7 +129,9 @@ SUMMARY_SYSTEM_PROMPT = (
 
 # ---------------------------------------------------------------- PHIA (ReAct)
 
-PHIA_STOP = ("[Observe]", "[Observation]", "Observation:", "[Observe:")
+# Stop when the model starts writing its own observation on a new line (after its code block). Not at
+# the very start of a reply: small models often open their turn by echoing "[Observe]".
+PHIA_STOP = ("\n[Observe]", "\n[Observation]", "\nObservation:", "\n[Observe:")
 
 
 def phia_system_prompt(scale_min: int, scale_max: int) -> str:
@@ -148,7 +150,8 @@ def phia_system_prompt(scale_min: int, scale_max: int) -> str:
 
 def phia_frames_description(frames: dict[str, pd.DataFrame], subday_unit: str,
                             executor: str) -> str:
-    lines = ["Preloaded pandas DataFrames (pandas is `pd`, numpy is `np`):"]
+    lines = ["These pandas DataFrames are already loaded as Python variables (pandas is `pd`, numpy is "
+             "`np`); there are no files to read:"]
     for name, df in frames.items():
         cols = ", ".join(map(str, df.columns))
         grain = "one row per day" if name == "daily" else f"one row per {subday_unit or 'sub-day slot'}"
