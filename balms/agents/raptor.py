@@ -12,7 +12,11 @@
 - Retrieval on the collapsed tree: leaves and summaries are embedded together and compete; top-k (3)
   by cosine similarity to the query day (the window's most recent day, rendered by render_day; that
   day's own nodes are excluded, as in RAG). Prompt = retrieved nodes + query window + question.
-- Memory scope as in RAG: "history" (all days up to window_end, default) or "lookback".
+- Memory scope: "lookback" (default: the tree covers the look-back window, whose daily values the
+  prompt already shows, so RAPTOR adds their sub-day detail and day summaries) or "history" (every
+  day up to window_end, as RAG's default). Why not "history" by default: one summary call per
+  (user, day) of the whole record; a PMData day of 48 half-hour leaves is a ~1,150-token summary prompt
+  (bench/agents.json), i.e. ~17 s per day with the embedded Qwen-1.5B, hours for a full cohort.
 """
 
 from __future__ import annotations
@@ -149,7 +153,7 @@ def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: p
 @dataclass
 class RaptorAgent(PromptAgentBase):
     top_k: int = 3
-    memory: str = "history"
+    memory: str = "lookback"
     embedder: str = DEFAULT_EMBEDDER
     summary_max_tokens: int = prompts.SUMMARY_MAX_TOKENS
 
