@@ -175,7 +175,11 @@ class PhiaAgent:
         except Exception as e:  # sandbox infrastructure failure: keep the transcript, flag the record
             error = f"sandbox failure: {type(e).__name__}: {e}"
         if parsed is None and error is None:
-            msgs.append(Message("user", prompts.phia_force_finish(t.scale_min, t.scale_max)))
+            force = prompts.phia_force_finish(t.scale_min, t.scale_max)
+            if msgs[-1].role == "user":  # merge with the last observation: no two user turns in a row
+                msgs[-1] = Message("user", msgs[-1].content + "\n\n" + force)
+            else:
+                msgs.append(Message("user", force))
             fparams = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
                                 seed=params.seed)
             comp = episode.call(msgs, fparams, kind="forced_finish", log_prompt=True)

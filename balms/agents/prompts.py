@@ -24,7 +24,7 @@ SYSTEM_PROMPT = (
 )
 
 # Bump when any prompt text changes (recorded in PredictionRecord.options).
-PROMPT_VERSION = "v4"
+PROMPT_VERSION = "v5"
 
 # Decoding budgets (parameters, recorded in PredictionRecord.options by the agents).
 ZERO_SHOT_MAX_TOKENS = 24
@@ -131,7 +131,8 @@ SUMMARY_SYSTEM_PROMPT = (
 
 # Stop when the model starts writing its own observation on a new line (after its code block). Not at
 # the very start of a reply: small models often open their turn by echoing "[Observe]".
-PHIA_STOP = ("\n[Observe]", "\n[Observation]", "\nObservation:", "\n[Observe:")
+# Code models also like to invent a "```output" block after their code: stop there too.
+PHIA_STOP = ("\n[Observe]", "\n[Observation]", "\nObservation:", "\n[Observe:", "\n```output")
 
 
 def phia_system_prompt(scale_min: int, scale_max: int) -> str:
