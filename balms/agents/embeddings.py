@@ -24,6 +24,7 @@ from balms import paths
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _BATCH = 64
+_ENCODE_LOCK = threading.Lock()
 
 
 def model_dir(name: str = DEFAULT_EMBEDDER) -> Path:
@@ -94,9 +95,10 @@ class EmbeddingStore:
         self.hits += len(found)
         self.misses += len(todo)
         if todo:
-            enc = load_embedder(self.model).encode(
-                [items[i][1] for i in todo], batch_size=_BATCH, normalize_embeddings=True,
-                convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
+            with _ENCODE_LOCK:  # one encoder per process, shared by the runner's threads
+                enc = load_embedder(self.model).encode(
+                    [items[i][1] for i in todo], batch_size=_BATCH, normalize_embeddings=True,
+                    convert_to_numpy=True, show_progress_bar=False).astype(np.float32)
             with self._lock:
                 self._con.executemany(
                     "INSERT OR REPLACE INTO embeddings VALUES (?,?,?,?,?)",
