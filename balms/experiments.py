@@ -38,9 +38,10 @@ class ExperimentConfig:
     horizon_datasets: list[str] = field(default_factory=lambda: ["pmdata", "globem"])
     horizon_backbone: str | None = None  # default: first backbone
     phia_max_iters: int = 10
+    phia_step_tokens: int = 320  # max tokens per PHIA model call (thought + code)
     zs_max_tokens: int = 32
     cot_max_tokens: int = 384
-    memory_days: int = 0  # RAG/RAPTOR history limit in days before the window end (0 = all)
+    raptor_memory: str = "lookback"  # "history" = every earlier day (the paper; one summary per day), "lookback"
     seed: int = 0
     cache_mode: str = "rw"
     concurrency: int = 1
@@ -112,9 +113,10 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
     opts: dict = {"max_tokens": cfg.cot_max_tokens if cot else cfg.zs_max_tokens, "seed": cfg.seed}
     if system == "phia":
         opts["max_iters"] = cfg.phia_max_iters
+        opts["max_tokens"] = cfg.phia_step_tokens
         opts["executor"] = "faithful"
-    if system in ("rag", "raptor") and cfg.memory_days:
-        opts["memory_days"] = cfg.memory_days
+    if system == "raptor":
+        opts["memory"] = cfg.raptor_memory
     opts.update(extra or {})
     return opts
 

@@ -27,7 +27,8 @@ concurrency = 1
 phia_max_iters = 4
 zs_max_tokens = 16
 cot_max_tokens = 192
-memory_days = 14
+phia_step_tokens = 192
+raptor_memory = "lookback"
 
 # %%
 import matplotlib.pyplot as plt
