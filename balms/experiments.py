@@ -37,10 +37,14 @@ class ExperimentConfig:
     lookbacks: list[int] = field(default_factory=lambda: [7, 14, 21, 28])
     horizon_datasets: list[str] = field(default_factory=lambda: ["pmdata", "globem"])
     horizon_backbone: str | None = None  # default: first backbone
+    horizon_systems: list[str] | None = None  # default: all systems
+    judge_systems: list[str] = field(default_factory=lambda: ["healthllm", "rag", "phia"])
+    judge_max_tokens: int = 1024
     phia_max_iters: int = 10
     phia_step_tokens: int = 320  # max tokens per PHIA model call (thought + code)
     zs_max_tokens: int = 32
     cot_max_tokens: int = 384
+    raptor_summary_tokens: int = 96  # max tokens of one RAPTOR day summary
     raptor_memory: str = "lookback"  # "history" = every earlier day (the paper; one summary per day), "lookback"
     seed: int = 0
     cache_mode: str = "rw"
@@ -117,6 +121,7 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
         opts["executor"] = "faithful"
     if system == "raptor":
         opts["memory"] = cfg.raptor_memory
+        opts["summary_max_tokens"] = cfg.raptor_summary_tokens
     opts.update(extra or {})
     return opts
 
@@ -282,6 +287,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
     from balms.models.registry import get_backend
 
     judge_model = judge_model or cfg.judge_model
+    systems = systems or cfg.judge_systems
     judge = get_backend(judge_model, cache_mode=cfg.cache_mode)
     rows = []
     for d in datasets or cfg.datasets:
@@ -306,6 +312,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                         if r.sample_id not in done:
                             win = _window_for_record(cfg, r)
                             res = judge_rationale(judge, window_text=render_window(win), gold=r.label,
+                                                  max_tokens=cfg.judge_max_tokens,
                                                   predicted=r.prediction, rationale=r.rationale,
                                                   scale=(win.target.scale_min, win.target.scale_max),
                                                   target=win.target.label,

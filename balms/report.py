@@ -173,3 +173,26 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = None, col: str | None = None,
+          title: str = "", **kw):
+    """A seaborn relplot/catplot that still yields a figure when every y is missing (e.g. a small model whose
+    answers all failed to parse): the panel then says so instead of the notebook crashing."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    ok = data.dropna(subset=[y]) if y in data else data.iloc[0:0]
+    if ok.empty:
+        fig, ax = plt.subplots(figsize=(6, 2.5))
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"no values of '{y}' to plot\n(every prediction in this slice failed to parse)",
+                ha="center", va="center")
+        fig.suptitle(title, fontsize=9)
+        return fig
+    if kind == "line":
+        g = sns.relplot(data=ok, x=x, y=y, hue=hue, col=col, kind="line", marker="o", height=3, **kw)
+    else:
+        g = sns.catplot(data=ok, x=x, y=y, hue=hue, col=col, kind=kind, height=3, **kw)
+    g.figure.suptitle(title, y=1.06, fontsize=9)
+    return g.figure

@@ -71,7 +71,7 @@ def summary_tokens(tables, samples, tok) -> float:
     """Mean tokens of a RAPTOR day-summary prompt over the window days of `samples`."""
     from balms.agents import prompts
     from balms.agents.common import get_window, resolve_channels
-    from balms.agents.raptor import build_leaves
+    from balms.agents.raptor import build_leaves, day_tables
     from balms.agents.rag import user_history
 
     counts = []
@@ -79,9 +79,11 @@ def summary_tokens(tables, samples, tok) -> float:
         w = get_window(tables, s, context=True, channels=resolve_channels(tables, None))
         hist = user_history(tables, w, "lookback")
         leaves, _ = build_leaves(tables, hist)
+        compact = day_tables(tables, hist)
         for ts, lv in leaves.items():
+            records = compact.get(ts) or "\n".join(lv)
             msgs = prompts.messages(prompts.SUMMARY_SYSTEM_PROMPT,
-                                    prompts.summary_prompt(ts.date().isoformat(), lv, tables.subday_unit))
+                                    prompts.summary_prompt(ts.date().isoformat(), records, tables.subday_unit))
             counts.append(tok.count(msgs))
     return statistics.mean(counts) if counts else 0.0
 

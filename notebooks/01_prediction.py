@@ -20,14 +20,15 @@ profile = "demo"
 datasets = ["diversityone", "pmdata", "globem"]
 systems = ["healthllm", "rag", "raptor", "phia"]
 backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 6
+n_samples = 2
 seed = 0
 cache_mode = "rw"
 concurrency = 1
-phia_max_iters = 4
+phia_max_iters = 3
+phia_step_tokens = 160
 zs_max_tokens = 16
-cot_max_tokens = 192
-phia_step_tokens = 192
+cot_max_tokens = 256
+raptor_summary_tokens = 48
 raptor_memory = "lookback"
 
 # %%

@@ -19,14 +19,15 @@ profile = "demo"
 datasets = ["diversityone", "pmdata", "globem"]
 systems = ["healthllm", "rag", "raptor", "phia"]
 backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 6
+n_samples = 2
 seed = 0
 cache_mode = "rw"
 concurrency = 1
-phia_max_iters = 4
+phia_max_iters = 3
+phia_step_tokens = 160
 zs_max_tokens = 16
-cot_max_tokens = 192
-phia_step_tokens = 192
+cot_max_tokens = 256
+raptor_summary_tokens = 48
 raptor_memory = "lookback"
 
 # %%
@@ -58,7 +59,7 @@ t3c.round(3)
 
 # %%
 keys = ["dataset", "system", "model"]
-wide = summary.pivot_table(index=keys, columns="cot", values=["mae", "parse_failure_rate"]).reset_index()
+wide = summary.set_index(keys + ["cot"])[["mae", "parse_failure_rate"]].unstack("cot").reset_index()
 wide.columns = [" ".join(str(x) for x in c if x != "").replace("False", "zs").replace("True", "cot") for c in wide.columns]
 wide["relative_change"] = (wide["mae cot"] - wide["mae zs"]) / wide["mae zs"]
 paper = report.paper_table("table3_zero_shot_mae")
@@ -74,10 +75,8 @@ print(f"paper's largest CoT reduction recomputed from Table 3: {-min(prel):.1%} 
 wide.round(3)
 
 # %%
-fig, ax = plt.subplots(figsize=(7, 3.5))
-sns.barplot(data=wide, x="system", y="relative_change", hue="dataset", ax=ax)
-ax.axhline(0, color="k", lw=0.8)
-ax.set_title(f"CoT relative MAE change, {models_caption} (data: {src})", fontsize=9)
+fig = report.facet(wide, kind="bar", x="system", y="relative_change", hue="dataset",
+                   title=f"CoT relative MAE change, {models_caption} (data: {src})")
 report.save_figure(fig, "cot_relative_change", artefact="Table 3 (CoT change figure)", notebook=NB, source=src,
                    profile=profile, models=cfg.backbones, n=len(recs))
 

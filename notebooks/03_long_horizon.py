@@ -20,18 +20,20 @@ profile = "demo"
 datasets = ["diversityone", "pmdata", "globem"]
 systems = ["healthllm", "rag", "raptor", "phia"]
 backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 6
+n_samples = 2
 seed = 0
 cache_mode = "rw"
 concurrency = 1
-phia_max_iters = 4
+phia_max_iters = 3
+phia_step_tokens = 160
 zs_max_tokens = 16
-cot_max_tokens = 192
-phia_step_tokens = 192
+cot_max_tokens = 256
+raptor_summary_tokens = 48
 raptor_memory = "lookback"
-lookbacks = [7, 14, 21, 28]
+lookbacks = [7, 14, 28]
 horizon_datasets = ["pmdata", "globem"]
 horizon_backbone = None
+horizon_systems = ["healthllm", "rag", "phia"]
 
 # %%
 import matplotlib.pyplot as plt
@@ -44,21 +46,25 @@ NB = "03_long_horizon"
 model = cfg.horizon_backbone or cfg.backbones[0]
 max_lb = max(cfg.lookbacks)
 recs = ex.run_grid(cfg, datasets=cfg.horizon_datasets, models=[model], lookbacks=cfg.lookbacks,
+                   systems=cfg.horizon_systems or cfg.systems,
                    samples_for=lambda d: ex.cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_samples, cfg.seed))
 summary = ex.summarize(recs, cfg=cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 cap = report.model_caption([model])
 
 # %% [markdown]
+# The demo profile leaves RAPTOR out of this sweep (one LLM summary per day of a 28-day window costs minutes per
+# sample on a CPU); the paper profile includes it.
+#
 # ## Figure 5: MAE vs look-back
 
 # %%
-g = sns.relplot(data=summary, x="lookback", y="mae", hue="system", col="dataset", kind="line", marker="o", height=3)
-g.figure.suptitle(f"MAE vs look-back (target day fixed), {cap}; data: {src}; n={cfg.n_samples or 'all'}", y=1.06, fontsize=9)
-report.save_figure(g.figure, "fig5_mae_vs_lookback", artefact="Figure 5", notebook=NB, source=src, profile=profile,
+fig = report.facet(summary, kind="line", x="lookback", y="mae", hue="system", col="dataset",
+                   title=f"MAE vs look-back (target day fixed), {cap}; data: {src}; n={cfg.n_samples or 'all'}")
+report.save_figure(fig, "fig5_mae_vs_lookback", artefact="Figure 5", notebook=NB, source=src, profile=profile,
                    models=[model], n=len(recs))
 first, last = min(cfg.lookbacks), max(cfg.lookbacks)
-chg = summary.pivot_table(index=["dataset", "system"], columns="lookback", values="mae")
+chg = summary.set_index(["dataset", "system", "lookback"])["mae"].unstack("lookback")
 chg["relative_change_%d_to_%d" % (first, last)] = (chg[last] - chg[first]) / chg[first]
 chg = chg.reset_index()
 chg["paper_claim"] = chg.apply(lambda r: {("pmdata", "rag"): "about -29%", ("globem", "rag"): "about -9%",
@@ -72,18 +78,18 @@ chg.round(3)
 # ## Figure 7: latency vs look-back
 
 # %%
-g = sns.relplot(data=summary, x="lookback", y="mean_latency_s", hue="system", col="dataset", kind="line", marker="o", height=3)
-g.figure.suptitle(f"Mean latency per sample vs look-back, {cap}; data: {src}", y=1.06, fontsize=9)
-report.save_figure(g.figure, "fig7_latency_vs_lookback", artefact="Figure 7", notebook=NB, source=src,
+fig = report.facet(summary, kind="line", x="lookback", y="mean_latency_s", hue="system", col="dataset",
+                   title=f"Mean latency per sample vs look-back, {cap}; data: {src}")
+report.save_figure(fig, "fig7_latency_vs_lookback", artefact="Figure 7", notebook=NB, source=src,
                    profile=profile, models=[model], n=len(recs))
 
 # %% [markdown]
 # ## Figure 2: prompt tokens vs look-back
 
 # %%
-g = sns.relplot(data=summary, x="lookback", y="mean_prompt_tokens", hue="system", col="dataset", kind="line", marker="o", height=3)
-g.figure.suptitle(f"Prompt tokens per sample vs look-back ({cap} tokenizer); data: {src}", y=1.06, fontsize=9)
-report.save_figure(g.figure, "fig2_tokens_vs_lookback", artefact="Figure 2", notebook=NB, source=src,
+fig = report.facet(summary, kind="line", x="lookback", y="mean_prompt_tokens", hue="system", col="dataset",
+                   title=f"Prompt tokens per sample vs look-back ({cap} tokenizer); data: {src}")
+report.save_figure(fig, "fig2_tokens_vs_lookback", artefact="Figure 2", notebook=NB, source=src,
                    profile=profile, models=[model], n=len(recs))
 report.save_table(summary, "long_horizon_cells", artefact="Figures 2, 5, 7 (cells)", notebook=NB, source=src,
                   profile=profile, models=[model], n=len(recs), caption="per look-back cells")

@@ -20,14 +20,15 @@ profile = "demo"
 datasets = ["diversityone", "pmdata", "globem"]
 systems = ["healthllm", "rag", "raptor", "phia"]
 backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 6
+n_samples = 2
 seed = 0
 cache_mode = "rw"
 concurrency = 1
-phia_max_iters = 4
+phia_max_iters = 3
+phia_step_tokens = 160
 zs_max_tokens = 16
-cot_max_tokens = 192
-phia_step_tokens = 192
+cot_max_tokens = 256
+raptor_summary_tokens = 48
 raptor_memory = "lookback"
 ablation_systems = ["healthllm", "rag", "raptor", "phia"]
 
@@ -58,7 +59,7 @@ cap = report.model_caption(cfg.backbones)
 
 # %%
 ours = summary.assign(col=lambda d: d.channel_set + d.cot.map({False: "_mae", True: "_cot_mae"}))
-ours = ours.pivot_table(index=["model", "system"], columns="col", values="mae").reset_index()
+ours = ours.set_index(["model", "system", "col"])["mae"].unstack("col").reset_index()
 ours["system"] = ours["system"].map(ex.PAPER_SYSTEM_NAMES)
 paper4 = report.paper_table("table4_globem_sensor_sets")
 t4 = pd.concat([paper4.assign(who="paper"), ours.rename(columns={"model": "backbone"}).assign(who="ours")],
@@ -93,11 +94,11 @@ pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"],
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
                   source=report.source_label(pm_sum["source"]), profile=profile, models=cfg.backbones,
                   n=len(pm_recs), caption=f"PMData Health-LLM MAE by channel set; {cap}")
-g = sns.catplot(data=pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
-                                pm_sum.assign(x=pm_sum.channel_set)]),
-                x="x", y="mae", hue="system", col="dataset", kind="bar", sharex=False, height=3.2, aspect=1.4)
-g.figure.suptitle(f"Channel-set ablations, {cap}; data: {src}", y=1.05, fontsize=9)
-report.save_figure(g.figure, "table4_ablation", artefact="Table 4 (figure)", notebook=NB, source=src,
+fig = report.facet(pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
+                              pm_sum.assign(x=pm_sum.channel_set)]),
+                   kind="bar", x="x", y="mae", hue="system", col="dataset", sharex=False, aspect=1.4,
+                   title=f"Channel-set ablations, {cap}; data: {src}")
+report.save_figure(fig, "table4_ablation", artefact="Table 4 (figure)", notebook=NB, source=src,
                    profile=profile, models=cfg.backbones, n=len(recs) + len(pm_recs))
 pm_sum.round(3)
 

@@ -23,14 +23,15 @@ profile = "demo"
 datasets = ["diversityone", "pmdata", "globem"]
 systems = ["healthllm", "rag", "raptor", "phia"]
 backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 6
+n_samples = 2
 seed = 0
 cache_mode = "rw"
 concurrency = 1
-phia_max_iters = 4
+phia_max_iters = 3
+phia_step_tokens = 160
 zs_max_tokens = 16
-cot_max_tokens = 192
-phia_step_tokens = 192
+cot_max_tokens = 256
+raptor_summary_tokens = 48
 raptor_memory = "lookback"
 executors = ["faithful", "improved"]
 
@@ -77,9 +78,9 @@ tax.round(3)
 # %%
 rate_cols = [c for c in tax.columns if c.endswith("_per_window")]
 long = tax.melt(id_vars=["dataset", "executor"], value_vars=rate_cols, var_name="failure", value_name="per window")
-g = sns.catplot(data=long, x="failure", y="per window", hue="executor", col="dataset", kind="bar", height=3)
-g.figure.suptitle(f"PHIA failures per window, {cap}; data: {src}", y=1.05, fontsize=9)
-report.save_figure(g.figure, "phia_failures", artefact="Appendix B (figure)", notebook=NB, source=src,
+fig = report.facet(long, kind="bar", x="failure", y="per window", hue="executor", col="dataset",
+                   title=f"PHIA failures per window, {cap}; data: {src}")
+report.save_figure(fig, "phia_failures", artefact="Appendix B (figure)", notebook=NB, source=src,
                    profile=profile, models=cfg.backbones, n=len(recs))
 
 # %% [markdown]

@@ -21,17 +21,19 @@ profile = "demo"
 datasets = ["diversityone", "pmdata", "globem"]
 systems = ["healthllm", "rag", "raptor", "phia"]
 backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 6
+n_samples = 2
 seed = 0
 cache_mode = "rw"
 concurrency = 1
-phia_max_iters = 4
+phia_max_iters = 3
+phia_step_tokens = 160
 zs_max_tokens = 16
-cot_max_tokens = 192
-phia_step_tokens = 192
+cot_max_tokens = 256
+raptor_summary_tokens = 48
 raptor_memory = "lookback"
-judge_model = "qwen2.5-coder-1.5b"
-judge_systems = ["healthllm", "rag", "phia"]
+judge_model = "qwen2.5-coder-0.5b"
+judge_systems = ["healthllm", "phia"]
+judge_max_tokens = 512
 
 # %%
 import json
@@ -43,10 +45,10 @@ from balms.judges.grounding import check_rationale
 
 cfg = ex.config_from_namespace(globals())
 NB = "07_rationale_quality"
-judged = ex.judge_grid(cfg, systems=judge_systems, judge_model=judge_model)
+judged = ex.judge_grid(cfg)
 src = report.source_label(judged["source"])
 cap = report.model_caption(cfg.backbones)
-jcap = report.model_caption([judge_model])
+jcap = report.model_caption([cfg.judge_model])
 print(f"{len(judged)} rationales judged by {jcap}; unscored: {(judged.judge_status != 'scored').sum()}")
 
 # %% [markdown]
@@ -55,15 +57,17 @@ print(f"{len(judged)} rationales judged by {jcap}; unscored: {(judged.judge_stat
 # %%
 agg = ex.aggregate_judgements(judged, by=["dataset", "model", "system"])
 report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src, profile=profile,
-                  models=cfg.backbones + [judge_model], n=len(judged),
+                  models=cfg.backbones + [cfg.judge_model], n=len(judged),
                   caption=f"Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
 t1 = agg.melt(id_vars=["dataset", "model", "system"], value_vars=[c for c in agg.columns if c.endswith("_cond_acc")],
               var_name="dimension", value_name="conditional accuracy")
-g = sns.catplot(data=t1, x="dimension", y="conditional accuracy", hue="system", col="dataset", kind="bar", height=3)
-g.set_xticklabels(rotation=45, ha="right")
-g.figure.suptitle(f"Tier-1 conditional accuracy; agents {cap}; judge {jcap}; data {src}", y=1.05, fontsize=9)
-report.save_figure(g.figure, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=profile,
-                   models=cfg.backbones + [judge_model], n=len(judged))
+fig = report.facet(t1.assign(dimension=t1.dimension.str.replace("_cond_acc", "")), kind="bar", x="dimension",
+                   y="conditional accuracy", hue="system", col="dataset",
+                   title=f"Tier-1 conditional accuracy; agents {cap}; judge {jcap}; data {src}")
+for ax in fig.axes:
+    ax.tick_params(axis="x", rotation=45)
+report.save_figure(fig, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=profile,
+                   models=cfg.backbones + [cfg.judge_model], n=len(judged))
 agg.round(2)
 
 # %% [markdown]
@@ -75,7 +79,7 @@ ours6 = agg[agg.dataset == "globem"][["model", "system"] + tier2].rename(columns
 ours6["system"] = ours6["system"].map(ex.PAPER_SYSTEM_NAMES)
 t6 = pd.concat([report.paper_table("table6_globem_tier2").assign(who="paper"), ours6.assign(who="ours")], ignore_index=True)
 report.save_table(t6, "table6_globem_tier2", artefact="Table 6", notebook=NB, source=src, profile=profile,
-                  models=cfg.backbones + [judge_model], n=len(judged), caption=f"GLOBEM Tier-2 means; judge {jcap}")
+                  models=cfg.backbones + [cfg.judge_model], n=len(judged), caption=f"GLOBEM Tier-2 means; judge {jcap}")
 t6.round(2)
 
 # %% [markdown]

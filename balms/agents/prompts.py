@@ -110,12 +110,13 @@ def memory_prompt(window: Window, memories: list[str], *, cot: bool, context: bo
     return "\n".join(parts)
 
 
-def summary_prompt(day: str, leaves: list[str], subday_unit: str) -> str:
-    """RAPTOR internal node: summarise one day's leaves (cached per user, day, model)."""
+def summary_prompt(day: str, records: str, subday_unit: str) -> str:
+    """RAPTOR internal node: summarise one day's leaves, given as one compact table (cached per user,
+    day, model)."""
     unit = subday_unit or "record"
-    body = "\n".join(f"- {leaf}" for leaf in leaves)
     return (
-        f"Below are the sensing records of one person for {day}, one per {unit}.\n{body}\n"
+        f"Below are the sensing records of one person for {day}, one row per {unit} (blank = no value)."
+        f"\n{records}\n"
         "Summarise this day in at most three sentences: overall activity, sleep and heart rate, "
         "and anything unusual (peaks, gaps, missing data). Keep the key numbers with their units. "
         "Do not guess the person's mood or stress."

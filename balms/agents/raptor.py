@@ -41,7 +41,7 @@ from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
 
-SUMMARY_PROMPT_VERSION = "v1"
+SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
 NO_SUBDAY_NOTE = "(no sub-day records; daily values used as the leaf)"
 
@@ -92,6 +92,30 @@ def build_leaves(tables: DatasetTables, hist: Window) -> tuple[dict, int]:
     return dict(sorted(leaves.items())), empty
 
 
+def day_tables(tables: DatasetTables, hist: Window) -> dict:
+    """Day -> the day's sub-day rows as one compact table (header once, a line per slot, blank = missing).
+
+    The summary prompt reads this instead of the self-describing leaf texts: the same numbers in about a
+    third of the tokens, which is what makes one summary per (user, day) affordable on a CPU. Days without
+    sub-day rows fall back to their leaf text (the daily row)."""
+    s = hist.sample
+    start = hist.daily.index.min() if len(hist.daily.index) else None
+    sd = user_subday(tables, s, start)
+    chans = [c for c in select_subday_channels(tables, hist.channels) if c.name in sd.columns]
+    out: dict[pd.Timestamp, str] = {}
+    if len(sd) and chans:
+        cols = [c.name for c in chans]
+        sd = sd[sd[cols].notna().any(axis=1)]
+        header = "slot, " + ", ".join(render.channel_caption(c) for c in chans)
+        for ts, g in sd.groupby("date", sort=True):
+            lines = [header]
+            for _, row in g.iterrows():
+                vals = ["" if pd.isna(row[c.name]) else render.format_value(row[c.name], c.decimals) for c in chans]
+                lines.append(f"{row['slot']}, " + ", ".join(vals))
+            out[ts] = "\n".join(lines)
+    return out
+
+
 class SummaryCache:
     """SQLite cache of day summaries, keyed by (dataset, user, day, model id, leaves hash)."""
 
@@ -128,10 +152,10 @@ def summary_cache() -> SummaryCache:
 
 
 def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: pd.Timestamp,
-                leaves: list[str], subday_unit: str, max_tokens: int) -> tuple[str, bool]:
-    """The day's summary node text; (text, generated_now)."""
+                records: str, subday_unit: str, max_tokens: int, n_leaves: int = 0) -> tuple[str, bool]:
+    """The day's summary node text; (text, generated_now). `records`: the day's compact table."""
     day = ts.date().isoformat()
-    prompt = prompts.summary_prompt(day, leaves, subday_unit)
+    prompt = prompts.summary_prompt(day, records, subday_unit)
     sha = hashlib.sha256(f"{SUMMARY_PROMPT_VERSION}|{max_tokens}|{prompt}".encode()).hexdigest()
     key = (sample.dataset, sample.user, day, backend.model_id, sha)
     cache = summary_cache()
@@ -142,7 +166,7 @@ def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: p
     params = GenParams(temperature=0.0, max_tokens=max_tokens, seed=SUMMARY_SEED)
     if episode is not None:
         comp = episode.call(msgs, params, kind="summary", log_prompt=False, day=day,
-                            n_leaves=len(leaves))
+                            n_leaves=n_leaves)
     else:
         comp = backend.generate(msgs, params)
     text = comp.text.strip()
@@ -174,6 +198,7 @@ class RaptorAgent(PromptAgentBase):
         hist = user_history(tables, window, self.memory)
         query_ts = pd.Timestamp(sample.window_end)
         leaves, empty = build_leaves(tables, hist)
+        compact = day_tables(tables, hist) if backend is not None else {}
         nodes: list[tuple[str, str, str]] = []  # (key, kind, text)
         generated = 0
         for ts, day_leaves in leaves.items():
@@ -184,8 +209,9 @@ class RaptorAgent(PromptAgentBase):
             for j, leaf in enumerate(day_leaves):
                 nodes.append((f"{base}/leaf{j}", "leaf", leaf))
             if backend is not None:
-                summ, new = day_summary(backend, episode, sample, ts, day_leaves, tables.subday_unit,
-                                        self.summary_max_tokens)
+                records = compact.get(ts) or "\n".join(day_leaves)
+                summ, new = day_summary(backend, episode, sample, ts, records, tables.subday_unit,
+                                        self.summary_max_tokens, n_leaves=len(day_leaves))
                 generated += int(new)
                 nodes.append((f"{base}/summary", "summary", f"{day} (day summary): {summ}"))
         store = store_for(self.embedder)
