@@ -62,7 +62,7 @@ test-slow: ## Tests that run a real small model, a real llama.cpp server or the 
 
 test-notebooks: ## Execute the notebooks in the smoke profile and check them with nbval
 	$(MAKE) --no-print-directory paper PROFILE=smoke
-	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --sanitize-with tests/nbval_sanitize.cfg notebooks/executed/smoke
+	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/executed/smoke
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all
