@@ -365,3 +365,22 @@ def ground_grid(cfg: ExperimentConfig, judged: pd.DataFrame) -> pd.DataFrame:
                      "value_not_found": rep.value_not_found, "unverifiable": rep.unverifiable,
                      "n_trends": rep.n_trends})
     return pd.DataFrame(rows)
+
+
+@dataclass
+class GridResult:
+    """What a results notebook needs from a grid: records, per-cell summary, data source and model caption."""
+
+    records: pd.DataFrame
+    summary: pd.DataFrame
+    source: str  # "real" | "synthetic" | "mixed"
+    caption: str  # model names, CPU models labelled as such
+
+
+def grid_result(cfg: ExperimentConfig, *, by: list[str] | None = None, **grid_kw) -> GridResult:
+    """`run_grid` + `summarize` + the labels every table and figure carries."""
+    from balms.report import model_caption, source_label
+
+    recs = run_grid(cfg, **grid_kw)
+    summ = summarize(recs, by=by, cfg=cfg)
+    return GridResult(recs, summ, source_label(recs["source"]), model_caption(grid_kw.get("models") or cfg.backbones))

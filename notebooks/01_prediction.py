@@ -39,11 +39,9 @@ from balms import experiments as ex, report
 
 cfg = ex.config_from_namespace(globals())
 NB = "01_prediction"
-recs = ex.run_grid(cfg, cots=(False,))
-summary = ex.summarize(recs, cfg=cfg)
+res = ex.grid_result(cfg, cots=(False,))
+recs, summary, src, models_caption = res.records, res.summary, res.source, res.caption
 mean_pred = ex.mean_predictor_rows(cfg)
-src = report.source_label(summary["source"].str.split(";").explode())
-models_caption = report.model_caption(cfg.backbones)
 print(f"{len(recs)} predictions; models: {models_caption}; data: {src}")
 
 # %% [markdown]

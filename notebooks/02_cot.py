@@ -31,19 +31,14 @@ raptor_summary_tokens = 48
 raptor_memory = "lookback"
 
 # %%
-import pandas as pd
-import matplotlib.pyplot as plt
-import seaborn as sns
 
 from balms import experiments as ex, report
 
 cfg = ex.config_from_namespace(globals())
 NB = "02_cot"
-recs = ex.run_grid(cfg, cots=(False, True))
-summary = ex.summarize(recs, cfg=cfg)
+res = ex.grid_result(cfg, cots=(False, True))
+recs, summary, src, models_caption = res.records, res.summary, res.source, res.caption
 mean_pred = ex.mean_predictor_rows(cfg)
-src = report.source_label(summary["source"].str.split(";").explode())
-models_caption = report.model_caption(cfg.backbones)
 
 # %% [markdown]
 # ## Table 3 "+CoT", paper beside ours

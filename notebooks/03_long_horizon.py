@@ -36,8 +36,6 @@ horizon_backbone = None
 horizon_systems = ["healthllm", "rag", "phia"]
 
 # %%
-import matplotlib.pyplot as plt
-import seaborn as sns
 
 from balms import experiments as ex, report
 
@@ -45,12 +43,10 @@ cfg = ex.config_from_namespace(globals())
 NB = "03_long_horizon"
 model = cfg.horizon_backbone or cfg.backbones[0]
 max_lb = max(cfg.lookbacks)
-recs = ex.run_grid(cfg, datasets=cfg.horizon_datasets, models=[model], lookbacks=cfg.lookbacks,
-                   systems=cfg.horizon_systems or cfg.systems,
-                   samples_for=lambda d: ex.cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_samples, cfg.seed))
-summary = ex.summarize(recs, cfg=cfg)
-src = report.source_label(summary["source"].str.split(";").explode())
-cap = report.model_caption([model])
+res = ex.grid_result(cfg, datasets=cfg.horizon_datasets, models=[model], lookbacks=cfg.lookbacks,
+                     systems=cfg.horizon_systems or cfg.systems,
+                     samples_for=lambda d: ex.cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_samples, cfg.seed))
+recs, summary, src, cap = res.records, res.summary, res.source, res.caption
 
 # %% [markdown]
 # The demo profile leaves RAPTOR out of this sweep (one LLM summary per day of a 28-day window costs minutes per

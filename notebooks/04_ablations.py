@@ -34,7 +34,6 @@ ablation_systems = ["healthllm", "rag", "raptor", "phia"]
 
 # %%
 import pandas as pd
-import seaborn as sns
 
 from balms import experiments as ex, report
 

@@ -37,7 +37,6 @@ executors = ["faithful", "improved"]
 
 # %%
 import pandas as pd
-import seaborn as sns
 
 from balms import experiments as ex, failures, metrics, report
 

@@ -38,10 +38,8 @@ from balms import experiments as ex, report
 
 cfg = ex.config_from_namespace(globals())
 NB = "06_latency"
-recs = ex.run_grid(cfg, cots=(False, True))
-summary = ex.summarize(recs, cfg=cfg)
-src = report.source_label(summary["source"].str.split(";").explode())
-cap = report.model_caption(cfg.backbones)
+res = ex.grid_result(cfg, cots=(False, True))
+recs, summary, src, cap = res.records, res.summary, res.source, res.caption
 lat = summary[["dataset", "system", "model", "cot", "n", "mean_latency_s", "mean_prompt_tokens", "mean_completion_tokens"]]
 report.save_table(lat, "latency", artefact="Figures 6, 8-10 (table)", notebook=NB, source=src, profile=profile,
                   models=cfg.backbones, n=len(recs), caption=f"mean per-sample latency; {cap}")

@@ -38,7 +38,6 @@ judge_max_tokens = 512
 # %%
 import json
 import pandas as pd
-import seaborn as sns
 
 from balms import experiments as ex, report, paths
 from balms.judges.grounding import check_rationale
