@@ -47,7 +47,8 @@ def env(tmp_path, monkeypatch):
     import balms.models.registry as reg
 
     monkeypatch.setattr(reg, "get_backend", lambda name=None, **kw: backend)
-    cfg = ex.ExperimentConfig(profile="t", datasets=["pmdata"], systems=["healthllm"], backbones=["scripted"],
+    cfg = ex.ExperimentConfig(profile="t", datasets=["pmdata"], systems=["healthllm"], judge_systems=["healthllm"],
+                              backbones=["scripted"],
                               n_samples=4, seed=0)
     yield cfg, backend
     ex._cohort.cache_clear()
