@@ -13,6 +13,7 @@ made generation ~10x slower here (SmolLM2 tests: 15 s vs 1.5 s). OMP_WAIT_POLICY
 
 from __future__ import annotations
 
+import atexit
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -64,6 +65,18 @@ def _entry(path: Path, n_threads: int) -> _Loaded:
             llama = _load(path, DEFAULT_N_CTX, n_threads)
             _POOL[key] = _Loaded(llama, DEFAULT_N_CTX, int(llama._model.n_ctx_train()), threading.Lock(), {})
         return _POOL[key]
+
+
+@atexit.register
+def _close_all() -> None:
+    """Free the models before interpreter shutdown: llama-cpp-python's own __del__ runs too late (its module
+    globals are gone) and prints a spurious TypeError at exit."""
+    with _POOL_LOCK:
+        for entry in _POOL.values():
+            close = getattr(entry.llama, "close", None)
+            if close is not None:
+                close()
+        _POOL.clear()
 
 
 def loaded_models() -> list[str]:
