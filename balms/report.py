@@ -182,7 +182,7 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    ok = data.dropna(subset=[y]) if y in data else data.iloc[0:0]
+    ok = (data.dropna(subset=[y]) if y in data else data.iloc[0:0]).reset_index(drop=True)
     if ok.empty:
         fig, ax = plt.subplots(figsize=(6, 2.5))
         ax.axis("off")

@@ -94,7 +94,7 @@ report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData 
                   source=report.source_label(pm_sum["source"]), profile=profile, models=cfg.backbones,
                   n=len(pm_recs), caption=f"PMData Health-LLM MAE by channel set; {cap}")
 fig = report.facet(pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
-                              pm_sum.assign(x=pm_sum.channel_set)]),
+                              pm_sum.assign(x=pm_sum.channel_set)], ignore_index=True),
                    kind="bar", x="x", y="mae", hue="system", col="dataset", sharex=False, aspect=1.4,
                    title=f"Channel-set ablations, {cap}; data: {src}")
 report.save_figure(fig, "table4_ablation", artefact="Table 4 (figure)", notebook=NB, source=src,

@@ -32,7 +32,7 @@ cot_max_tokens = 256
 raptor_summary_tokens = 48
 raptor_memory = "lookback"
 judge_model = "qwen2.5-coder-0.5b"
-judge_systems = ["healthllm", "phia"]
+judge_systems = ["healthllm"]
 judge_max_tokens = 512
 
 # %%
