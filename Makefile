@@ -72,7 +72,7 @@ paper: $(EXECUTED) ## Run every notebook with papermill (PROFILE=demo by default
 
 notebooks/executed/$(PROFILE)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES)
 	@mkdir -p $(@D)
-	$(VENV)/bin/jupytext --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
+	$(VENV)/bin/jupytext --update --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
 	$(VENV)/bin/papermill -k balms --cwd notebooks -f profiles/$(PROFILE).yaml -p profile $(PROFILE) $(P) notebooks/$*.ipynb $@
 
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
