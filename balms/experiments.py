@@ -191,10 +191,6 @@ def mean_predictor_rows(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def sources(cfg: ExperimentConfig, datasets=None) -> dict[str, str]:
-    return {d: cohort(d, cfg).source for d in datasets or cfg.datasets}
-
-
 def config_from_namespace(ns: dict) -> ExperimentConfig:
     """Build the config from a notebook's globals (its parameters cell plus papermill's injected one)."""
     names = {f.name for f in dataclasses.fields(ExperimentConfig)}
