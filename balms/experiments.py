@@ -40,6 +40,7 @@ class ExperimentConfig:
     horizon_systems: list[str] | None = None  # default: all systems
     judge_systems: list[str] = field(default_factory=lambda: ["healthllm", "rag", "phia"])
     judge_max_tokens: int = 1024
+    judge_justify: bool = True  # False: scores only (the demo's budget mode, about a fifth of the tokens)
     phia_max_iters: int = 10
     phia_step_tokens: int = 320  # max tokens per PHIA model call (thought + code)
     zs_max_tokens: int = 32
@@ -301,14 +302,14 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                             v = json.loads(line)
                         except json.JSONDecodeError:
                             continue  # torn line from a crash: judged again below
-                        if v.get("judge_model") == judge_model:
+                        if v.get("judge_model") == judge_model and v.get("justify", True) == cfg.judge_justify:
                             done[v["sample_id"]] = v
                 with jpath.open("a") as fh:
                     for r in recs:
                         if r.sample_id not in done:
                             win = _window_for_record(cfg, r)
                             res = judge_rationale(judge, window_text=render_window(win), gold=r.label,
-                                                  max_tokens=cfg.judge_max_tokens,
+                                                  max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify,
                                                   predicted=r.prediction, rationale=r.rationale,
                                                   scale=(win.target.scale_min, win.target.scale_max),
                                                   target=win.target.label,

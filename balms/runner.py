@@ -162,6 +162,16 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def _llama_cpp_build() -> str | None:
+    """llama.cpp's CPU feature line (e.g. "AVX512 = 1"): the build flavour changes speed, never outputs' keys."""
+    if "llama_cpp" not in sys.modules:  # only when a llama.cpp backend is in use; never import it for that
+        return None
+    try:
+        return sys.modules["llama_cpp"].llama_print_system_info().decode(errors="replace").strip()
+    except (AttributeError, OSError):
+        return None
+
+
 def _git() -> dict:
     def run(*args):
         return subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
@@ -309,6 +319,7 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
         "packages": _versions(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "llama_cpp_build": _llama_cpp_build(),
         "started_at": old.get("started_at", started),
         "sessions": list(old.get("sessions", [])) + [session],
     }

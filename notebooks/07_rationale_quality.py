@@ -33,7 +33,8 @@ raptor_summary_tokens = 48
 raptor_memory = "lookback"
 judge_model = "qwen2.5-coder-0.5b"
 judge_systems = ["healthllm"]
-judge_max_tokens = 512
+judge_max_tokens = 160
+judge_justify = False
 
 # %%
 import json

@@ -114,6 +114,10 @@ def test_judge_grid_writes_resumable_verdicts_and_aggregates(env):
     calls = backend.calls
     ex.judge_grid(cfg, judge_model="scripted")
     assert backend.calls == calls  # verdicts read back from <run>.judge.jsonl
+    cfg_bare = ex.ExperimentConfig(**{**cfg.__dict__, "judge_justify": False})
+    bare = ex.judge_grid(cfg_bare, judge_model="scripted")
+    assert backend.calls == calls + 4  # a scores-only verdict is a different verdict: judged again
+    assert all(not r.justify for r in bare["judge_result"]) and all(r.justify for r in judged["judge_result"])
     agg = ex.aggregate_judgements(judged, by=["dataset", "system"])
     assert agg.loc[0, "c1_alignment_cond_acc"] == 1.0 and agg.loc[0, "overall"] == 4.0
     assert pd.isna(agg.loc[0, "c4_lag_cond_acc"])  # never invoked: undefined, not zero

@@ -170,6 +170,24 @@ def test_schema_compiles_to_a_llama_cpp_grammar():
     assert "c6_interaction" in g and "overall" in g
 
 
+def test_scores_only_mode_asks_for_bare_scores_and_parses_them():
+    """justify=False (the demo's budget mode): schema, prompt and repair ask for bare scores only."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    bare = {**T1, **T2}
+    res, be = judge(["not json", json.dumps(bare)], justify=False)
+    assert res.status == "scored" and res.attempts == 2 and not res.justify
+    assert res.tier1 == T1 and res.tier2 == T2 and set(res.justifications.values()) == {""}
+    schema = be.calls[0][1].json_schema
+    assert schema == judge_json_schema(False) and schema["properties"]["overall"] == {"enum": [1, 2, 3, 4, 5, None]}
+    assert "justification" not in be.calls[0][0][1].content and '"overall": <1-5>' in be.calls[0][0][1].content
+    assert "a bare score" in be.calls[1][0][-1].content
+    assert "justification" not in json_schema_to_gbnf(json.dumps(schema))
+    # an out-of-range bare score is still refused, not clipped
+    res, _ = judge([json.dumps({**bare, "overall": 9})] * 2, justify=False)
+    assert res.status == "unscored" and "overall" in res.unscored_reason
+
+
 # ---------------------------------------------------------------- aggregation (METHOD.md)
 
 

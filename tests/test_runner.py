@@ -42,6 +42,10 @@ def test_run_writes_one_record_per_sample_and_manifest(tmp_path):
     assert m["parameters"]["concurrency"] == 4 and m["parameters"]["profile"] == "test"
     assert m["data"]["sources"] == ["synthetic"] and m["git"]["commit"]
     assert m["packages"]["pydantic"] and m["packages"]["tenacity"]
+    if "llama_cpp" in sys.modules:  # the llama.cpp build flavour is recorded once a llama.cpp backend is loaded
+        assert "AVX" in m["llama_cpp_build"]
+    else:
+        assert m["llama_cpp_build"] is None
     assert m["usage"]["prompt_tokens"] == sum(r.prompt_tokens for r in recs) > 0
     assert m["usage"]["completion_tokens"] == 12 * 2 * 5 and m["usage"]["model_calls"] == 24
     assert m["sessions"][0]["cache_misses"] == 24 and m["sessions"][0]["model_attempts"] == 24

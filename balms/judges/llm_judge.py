@@ -51,6 +51,7 @@ class JudgeResult(BaseModel):
     tier1: dict[str, int | None] = Field(default_factory=lambda: {d: None for d in TIER1})
     tier2: dict[str, int | None] = Field(default_factory=lambda: {d: None for d in TIER2})
     justifications: dict[str, str] = Field(default_factory=dict)
+    justify: bool = True  # False: the scores-only budget mode (no justifications asked)
     status: Literal["scored", "unscored"] = "unscored"
     unscored_code: UnscoredCode | None = None
     unscored_reason: str | None = None
@@ -242,6 +243,7 @@ def judge_rationale(
     target: str,
     use_schema: bool = True,
     max_tokens: int = 1024,
+    justify: bool = True,
     meta: dict | None = None,
 ) -> JudgeResult:
     """Grade one rationale. Greedy decoding; schema-constrained when `use_schema` and supported.
@@ -250,14 +252,14 @@ def judge_rationale(
     `unscored_reason` (empty rationale, backend error, or output still invalid after one repair).
     """
     model_id = getattr(backend, "model_id", "")
-    res = JudgeResult(model_id=model_id, meta=dict(meta or {}))
+    res = JudgeResult(model_id=model_id, justify=justify, meta=dict(meta or {}))
     if not (rationale or "").strip():
         res.unscored_code, res.unscored_reason = "empty_rationale", "the rationale is empty; nothing to judge"
         return res
     params = GenParams(temperature=0.0, max_tokens=max_tokens, seed=0,
-                       json_schema=judge_json_schema() if use_schema else None)
+                       json_schema=judge_json_schema(justify) if use_schema else None)
     messages = build_messages(window_text=window_text, gold=gold, predicted=predicted,
-                              rationale=rationale, scale=scale, target=target)
+                              rationale=rationale, scale=scale, target=target, justify=justify)
     error = ""
     for attempt in (1, 2):
         try:
@@ -287,7 +289,7 @@ def judge_rationale(
             error = str(exc)
             if comp.finish_reason == "length":
                 error += f" (the output was cut at max_tokens={max_tokens})"
-            messages = [*messages, Message("assistant", comp.text), repair_message(error)]
+            messages = [*messages, Message("assistant", comp.text), repair_message(error, justify)]
             continue
         res.status = "scored"
         return res

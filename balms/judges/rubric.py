@@ -39,7 +39,9 @@ TIER1_VALUES = (0, 1)
 TIER2_RANGE = (1, 5)
 
 
-def _dim_schema(score: dict) -> dict:
+def _dim_schema(score: dict, justify: bool = True) -> dict:
+    if not justify:
+        return score
     return {
         "type": "object",
         "properties": {"score": score, "justification": {"type": "string"}},
@@ -48,15 +50,16 @@ def _dim_schema(score: dict) -> dict:
     }
 
 
-def judge_json_schema() -> dict:
-    """JSON schema of the judge's answer: one {score, justification} object per dimension.
+def judge_json_schema(justify: bool = True) -> dict:
+    """JSON schema of the judge's answer: one {score, justification} object per dimension, or (with
+    `justify=False`, the scores-only budget mode) one bare score per dimension.
 
     Scores are enums (nullable), which llama.cpp turns into a grammar and vLLM into guided decoding,
     so a constrained backend can only emit in-range scores.
     """
-    props = {d: _dim_schema({"enum": [*TIER1_VALUES, None]}) for d in TIER1}
+    props = {d: _dim_schema({"enum": [*TIER1_VALUES, None]}, justify) for d in TIER1}
     lo, hi = TIER2_RANGE
-    props.update({d: _dim_schema({"enum": [*range(lo, hi + 1), None]}) for d in TIER2})
+    props.update({d: _dim_schema({"enum": [*range(lo, hi + 1), None]}, justify) for d in TIER2})
     return {
         "type": "object",
         "properties": props,
@@ -86,16 +89,20 @@ def _rubric_text() -> str:
     )
 
 
-def _example_json() -> str:
+def _example_json(justify: bool = True) -> str:
+    if not justify:
+        parts = [f'"{d}": <0, 1 or null>' for d in TIER1] + [f'"{d}": <1-5>' for d in TIER2]
+        return "{\n  " + ",\n  ".join(parts) + "\n}"
     parts = [f'"{d}": {{"score": <0, 1 or null>, "justification": "<one sentence>"}}' for d in TIER1]
     parts += [f'"{d}": {{"score": <1-5>, "justification": "<one sentence>"}}' for d in TIER2]
     return "{\n  " + ",\n  ".join(parts) + "\n}"
 
 
 def build_messages(
-    *, window_text: str, gold: int, predicted: int | None, rationale: str, scale: tuple[int, int], target: str
+    *, window_text: str, gold: int, predicted: int | None, rationale: str, scale: tuple[int, int], target: str,
+    justify: bool = True,
 ) -> list[Message]:
-    """The judge conversation for one rationale."""
+    """The judge conversation for one rationale (`justify=False`: scores only, about a fifth of the tokens)."""
     pred = str(predicted) if predicted is not None else "unparseable (no valid answer was given)"
     user = (
         f"Target: {target}, an integer from {scale[0]} to {scale[1]}.\n\n"
@@ -104,19 +111,20 @@ def build_messages(
         f"Agent's predicted label: {pred}\n\n"
         f"Agent's rationale:\n<<<\n{rationale}\n>>>\n\n"
         f"{_rubric_text()}\n\n"
-        "Each justification is one sentence that quotes the rationale or a value of the window.\n"
-        "Answer with a single JSON object and nothing else, in exactly this shape:\n"
-        f"{_example_json()}"
+        + ("Each justification is one sentence that quotes the rationale or a value of the window.\n"
+           if justify else "")
+        + "Answer with a single JSON object and nothing else, in exactly this shape:\n"
+        f"{_example_json(justify)}"
     )
     return [Message("system", SYSTEM_PROMPT), Message("user", user)]
 
 
-def repair_message(error: str) -> Message:
+def repair_message(error: str, justify: bool = True) -> Message:
     """The single follow-up sent when the judge's first answer could not be used."""
+    shape = '{"score": ..., "justification": "..."}' if justify else "a bare score"
     return Message(
         "user",
         f"Your answer could not be used: {error}. Reply again with ONLY the corrected JSON object, with all "
-        f"{len(DIMENSIONS)} dimensions ({', '.join(DIMENSIONS)}), each "
-        '{"score": ..., "justification": "..."}; Tier-1 scores are 0, 1 or null, Tier-2 scores are integers '
-        "from 1 to 5.",
+        f"{len(DIMENSIONS)} dimensions ({', '.join(DIMENSIONS)}), each {shape}; Tier-1 scores are 0, 1 or "
+        "null, Tier-2 scores are integers from 1 to 5.",
     )
