@@ -14,7 +14,8 @@
 # The CoT reasoning of each prediction is its rationale. An LLM judge grades it on the paper's two-tier rubric
 # (Tier 1: six temporal-reasoning checks, 1/0/not invoked; Tier 2: faithfulness, evidence grounding, domain
 # knowledge, safety, clarity, overall on 1-5). Beyond the paper, a deterministic grounding checker verifies every
-# numeric claim against the window the agent saw (value, day, trend).
+# numeric claim against the window the agent saw (value, day, trend). The demo profile asks the judge for scores
+# only (`judge_justify = False`): a 0.5B judge's justifications cost four-fifths of its tokens and are boilerplate.
 
 # %% tags=["parameters"]
 profile = "demo"
@@ -49,7 +50,8 @@ judged = ex.judge_grid(cfg)
 src = report.source_label(judged["source"])
 cap = report.model_caption(cfg.backbones)
 jcap = report.model_caption([cfg.judge_model])
-print(f"{len(judged)} rationales judged by {jcap}; unscored: {(judged.judge_status != 'scored').sum()}")
+mode = "with one-sentence justifications" if cfg.judge_justify else "scores only (budget mode, no justifications)"
+print(f"{len(judged)} rationales judged by {jcap}, {mode}; unscored: {(judged.judge_status != 'scored').sum()}")
 
 # %% [markdown]
 # ## Figure 4: Tier-1 temporal reasoning and general quality per backbone and system
