@@ -40,7 +40,8 @@ class PredictionRecord(BaseModel):
     n_steps: int = 1  # model calls made for this sample
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    latency_s: float = 0.0  # wall time of the agent for this sample (model + tools)
+    latency_s: float = 0.0  # agent latency for this sample (model + tools); cache-replayed calls at their measured latency
+    wall_s: float | None = None  # wall time of the run that wrote the record (small when calls came from the cache)
     cost_usd: float = 0.0
     error: str | None = None  # agent/harness error (not a parse failure)
 

@@ -245,8 +245,10 @@ def _predict(agent, backend, sample, tables) -> PredictionRecord:
     if rec.sample_id != sample.sample_id:
         return _error_record(agent, backend, sample,
                              f"agent returned a record for {rec.sample_id!r} instead of {sample.sample_id!r}")
+    if rec.wall_s is None:
+        rec.wall_s = time.perf_counter() - t0
     if not rec.latency_s:
-        rec.latency_s = time.perf_counter() - t0
+        rec.latency_s = rec.wall_s
     if not rec.cost_usd and (rec.prompt_tokens or rec.completion_tokens):
         rec.cost_usd = estimate_cost(rec.model_id or backend.model_id, rec.prompt_tokens, rec.completion_tokens)
     return rec

@@ -134,6 +134,56 @@ def test_raptor_summaries_cached_per_day(pm, cheap):
     assert "leaf" in ",".join(ret1.meta["kinds"] + ret2.meta["kinds"]) or "summary" in ret1.meta["kinds"]
 
 
+class SleepyBackend(ScriptedBackend):
+    """Takes `delay` seconds per call and reports what it took, like a real model."""
+
+    def __init__(self, delay, **kw):
+        super().__init__(**kw)
+        self.delay = delay
+
+    def generate(self, messages, params):
+        import time
+
+        t = time.perf_counter()
+        time.sleep(self.delay)
+        comp = super().generate(messages, params)
+        comp.latency_s = time.perf_counter() - t
+        return comp
+
+
+def test_cache_replayed_calls_keep_their_measured_latency(pm, isolated_cache):
+    """A warm re-run (every call from the response cache) reports the cold run's latency and tokens, with its
+    own small wall time beside it: latency figures must not collapse to zero on a re-run."""
+    from balms.models.cache import CachedBackend, ResponseCache
+
+    tables, samples = pm
+    be = CachedBackend(SleepyBackend(0.3), ResponseCache(isolated_cache / "r.sqlite"))
+    cold = make_agent("healthllm").predict(samples[5], tables, be)
+    warm = make_agent("healthllm").predict(samples[5], tables, be)
+    assert warm.transcript[-1].meta["cached"] and not cold.transcript[-1].meta["cached"]
+    assert cold.latency_s >= 0.3 and cold.wall_s == pytest.approx(cold.latency_s, abs=0.01)
+    assert warm.latency_s == pytest.approx(cold.latency_s, rel=0.2) and warm.wall_s < 0.2
+    assert (warm.prompt_tokens, warm.completion_tokens, warm.n_steps) == (cold.prompt_tokens,
+                                                                          cold.completion_tokens, cold.n_steps)
+
+
+def test_raptor_reused_summaries_are_charged_to_every_sample(pm, cheap):
+    """A sample's RAPTOR cost counts every day summary its tree uses, generated now or reused from the summary
+    cache, so tokens and latency do not depend on which sample ran first."""
+    tables, samples = pm
+    s = [x for x in samples if x.user == "p03"][0]
+    be = SleepyBackend(0.02, default="Summary: an ordinary day.\nAnswer: 3")
+    first = make_agent("raptor", top_k=3).predict(s, tables, be)
+    calls = len(be.calls)
+    again = make_agent("raptor", top_k=3).predict(s, tables, be)
+    assert len(be.calls) == calls + 1  # only the answer: every summary came from the summary cache
+    n_summ = sum(st.kind == "summary" for st in first.transcript)
+    assert n_summ >= 5 and sum(st.kind == "summary" and st.meta["cached"] for st in again.transcript) == n_summ
+    assert (again.prompt_tokens, again.completion_tokens, again.n_steps) == (first.prompt_tokens,
+                                                                             first.completion_tokens, first.n_steps)
+    assert again.latency_s == pytest.approx(first.latency_s, rel=0.3) and again.wall_s < first.wall_s
+
+
 @pytest.mark.parametrize("executor", ["faithful", "improved"])
 def test_phia_episode_transcript(pm, executor):
     tables, samples = pm
@@ -201,3 +251,25 @@ def test_wearable_only_ablation_reaches_memories_and_frames(gl, cheap):
     assert "steps" in cols and not cols & {c.name for c in phone}
     _, frames_all, _ = make_agent("phia")._setup(s, tables)
     assert {c.name for c in phone} <= {col for df in frames_all.values() for col in df.columns}
+
+
+def test_summary_cache_written_before_usage_was_kept_still_reads(tmp_path):
+    """Old caches (no usage columns) are migrated in place: their summaries are reused, with unknown cost."""
+    import sqlite3
+
+    from balms.agents.raptor import SummaryCache
+
+    db = tmp_path / "raptor_summaries.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE summaries (dataset TEXT, user TEXT, day TEXT, model_id TEXT, leaves_sha TEXT, "
+                "summary TEXT, PRIMARY KEY (dataset, user, day, model_id, leaves_sha))")
+    con.execute("INSERT INTO summaries VALUES ('pmdata','p01','2019-11-01','m','sha','old summary')")
+    con.commit()
+    con.close()
+    cache = SummaryCache(db)
+    assert cache.get(("pmdata", "p01", "2019-11-01", "m", "sha")) == ("old summary", None)
+    cache.put(("pmdata", "p01", "2019-11-02", "m", "sha"), "new", {"prompt_tokens": 9, "completion_tokens": 2,
+                                                                  "latency_s": 1.5})
+    assert cache.get(("pmdata", "p01", "2019-11-02", "m", "sha")) == (
+        "new", {"prompt_tokens": 9, "completion_tokens": 2, "latency_s": 1.5})
+    assert cache.get(("pmdata", "p01", "2019-11-03", "m", "sha")) is None

@@ -117,7 +117,10 @@ def day_tables(tables: DatasetTables, hist: Window) -> dict:
 
 
 class SummaryCache:
-    """SQLite cache of day summaries, keyed by (dataset, user, day, model id, leaves hash)."""
+    """SQLite cache of day summaries, keyed by (dataset, user, day, model id, leaves hash), with the usage
+    (tokens, latency) of the call that wrote each one, so every sample that reuses a summary is charged for it."""
+
+    USAGE = ("prompt_tokens", "completion_tokens", "latency_s")
 
     def __init__(self, db_path: Path):
         db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -127,18 +130,28 @@ class SummaryCache:
         self._con.execute(
             "CREATE TABLE IF NOT EXISTS summaries (dataset TEXT, user TEXT, day TEXT, model_id TEXT, "
             "leaves_sha TEXT, summary TEXT, PRIMARY KEY (dataset, user, day, model_id, leaves_sha))")
+        have = {row[1] for row in self._con.execute("PRAGMA table_info(summaries)")}
+        for col, kind in zip(self.USAGE, ("INTEGER", "INTEGER", "REAL")):
+            if col not in have:  # caches written before usage was kept: those rows read back as unknown usage
+                self._con.execute(f"ALTER TABLE summaries ADD COLUMN {col} {kind}")
         self._con.commit()
 
-    def get(self, key: tuple) -> str | None:
+    def get(self, key: tuple) -> tuple[str, dict | None] | None:
+        """(summary, usage or None when unknown), or None on a miss."""
         with self._lock:
             row = self._con.execute(
-                "SELECT summary FROM summaries WHERE dataset=? AND user=? AND day=? AND model_id=? "
-                "AND leaves_sha=?", key).fetchone()
-        return row[0] if row else None
+                "SELECT summary, prompt_tokens, completion_tokens, latency_s FROM summaries WHERE dataset=? "
+                "AND user=? AND day=? AND model_id=? AND leaves_sha=?", key).fetchone()
+        if row is None:
+            return None
+        usage = dict(zip(self.USAGE, row[1:])) if row[3] is not None else None
+        return row[0], usage
 
-    def put(self, key: tuple, summary: str) -> None:
+    def put(self, key: tuple, summary: str, usage: dict | None = None) -> None:
+        u = usage or {}
         with self._lock:
-            self._con.execute("INSERT OR REPLACE INTO summaries VALUES (?,?,?,?,?,?)", (*key, summary))
+            self._con.execute("INSERT OR REPLACE INTO summaries VALUES (?,?,?,?,?,?,?,?,?)",
+                              (*key, summary, *(u.get(c) for c in self.USAGE)))
             self._con.commit()
 
 
@@ -161,7 +174,13 @@ def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: p
     cache = summary_cache()
     got = cache.get(key)
     if got is not None:
-        return got, False
+        text, usage = got
+        if episode is not None:
+            if usage is None:  # written by an older version: the text is reused, its cost is unknown
+                episode.log("summary", text, cached=True, usage_unknown=True, day=day, n_leaves=n_leaves)
+            else:
+                episode.replay("summary", text, **usage, day=day, n_leaves=n_leaves)
+        return text, False
     msgs = [Message("system", prompts.SUMMARY_SYSTEM_PROMPT), Message("user", prompt)]
     params = GenParams(temperature=0.0, max_tokens=max_tokens, seed=SUMMARY_SEED)
     if episode is not None:
@@ -170,7 +189,8 @@ def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: p
     else:
         comp = backend.generate(msgs, params)
     text = comp.text.strip()
-    cache.put(key, text)
+    cache.put(key, text, {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens,
+                          "latency_s": comp.latency_s})
     return text, True
 
 
