@@ -89,7 +89,7 @@ def save_figure(fig, stem: str, *, artefact: str, notebook: str, source: str, pr
     _, fdir = output_dirs(profile)
     png = fdir / f"{stem}.png"
     fig.savefig(png, dpi=130, bbox_inches="tight")
-    fig.savefig(fdir / f"{stem}.pdf", bbox_inches="tight")
+    fig.savefig(fdir / f"{stem}.pdf", bbox_inches="tight", metadata={"CreationDate": None})  # byte-stable
     _register(profile, {"artefact": artefact, "path": _rel(png), "notebook": notebook, "source": source,
                         "profile": profile, "models": ";".join(models), "n": n, "caption": caption})
     return png

@@ -13,7 +13,7 @@
 #
 # Mean wall time per sample for each system, with and without CoT, per backbone. The runs are those of 01 and 02
 # (same cells, so nothing is recomputed). Latencies are measured when the model call was made; a response served
-# from the cache keeps its original latency.
+# from the cache counts at its original latency (each record also keeps `wall_s`, the time of the run that wrote it).
 
 # %% tags=["parameters"]
 profile = "demo"
@@ -68,5 +68,6 @@ for i, m in enumerate(cfg.backbones):
                        profile=profile, models=[m], n=len(sub))
 
 # %% [markdown]
-# PHIA costs the most (several model calls and code executions per sample); RAPTOR's one-off day summaries are
-# cached and shared across samples, so its per-sample latency falls as more samples reuse them.
+# RAPTOR and PHIA cost the most: RAPTOR writes one summary per day of its memory (each sample is charged for every
+# summary its tree uses, even when another sample generated it first), PHIA makes several model calls and code
+# executions per sample. In a real deployment RAPTOR's summaries are built once per user and amortised.

@@ -54,6 +54,10 @@ def test_save_table_and_figure_register_in_index(outdir):
     ax.plot([1, 2])
     png = report.save_figure(fig, "f1", artefact="Figure 1", notebook="nb", source="synthetic", profile="demo")
     assert png.exists() and png.with_suffix(".pdf").exists()
+    first = png.read_bytes(), png.with_suffix(".pdf").read_bytes()
+    report.save_figure(fig, "f1", artefact="Figure 1", notebook="nb", source="synthetic", profile="demo")
+    assert (png.read_bytes(), png.with_suffix(".pdf").read_bytes()) == first
+    assert b"/CreationDate" not in first[1]  # no timestamp in the PDF: re-running a notebook doesn't churn git
     report.save_table(df * 2, "t1", artefact="Table 1", notebook="nb", source="real", profile="demo")  # upsert
     idx = report.check_index("demo")
     assert sorted(idx["artefact"]) == ["Figure 1", "Table 1"]
