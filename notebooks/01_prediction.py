@@ -64,7 +64,7 @@ summary.round(3)
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
 sns.barplot(data=recs.dropna(subset=["prediction"]).assign(ae=lambda d: (d.prediction - d.label).abs()),
-            x="dataset", y="ae", hue="system", errorbar=("ci", 95), ax=ax)
+            x="dataset", y="ae", hue="system", errorbar=("ci", 95), seed=seed, ax=ax)
 for i, r in enumerate(mean_pred.itertuples()):
     ax.hlines(r.mae_raw_mean, i - 0.4, i + 0.4, colors="k", linestyles="--", label="mean predictor" if i == 0 else None)
 ax.set_ylabel("absolute error"); ax.legend(fontsize=7)
