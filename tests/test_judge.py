@@ -320,6 +320,13 @@ def test_cli_judge_run_on_real_pmdata_windows(pmdata_dir, tmp_path, monkeypatch,
     fake2 = FakeJudge([json.dumps(verdict())])
     judge_records(recs[:1], tables, fake2)
     assert fake2.calls[0][0][1].content == judge_prompt
+    # the budget mode from the command line: bare scores, the given output budget
+    fake3 = FakeJudge([json.dumps({**T1, **T2})])
+    monkeypatch.setattr(registry, "get_backend", lambda name, **kw: fake3)
+    assert main(["judge", "run", "--records", str(path), "--model", "fake", "--limit", "1", "--scores-only",
+                 "--max-tokens", "200", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_scored"] == 1
+    assert fake3.calls[0][1].max_tokens == 200 and fake3.calls[0][1].json_schema == judge_json_schema(False)
 
 
 def test_backend_refusing_the_schema_falls_back_to_free_text():

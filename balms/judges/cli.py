@@ -126,7 +126,8 @@ def _run(args) -> int:
     results, window_fn = [], _window_fn()
     with out.open("w") as fh:  # one verdict per line as it is made: nothing lost on a crash
         for rec in recs:
-            res = judge_records([rec], window_fn, backend)[0]
+            res = judge_records([rec], window_fn, backend, max_tokens=args.max_tokens,
+                                justify=not args.scores_only)[0]
             results.append(res)
             fh.write(res.model_dump_json() + "\n")
             fh.flush()
@@ -152,6 +153,9 @@ def register(subparsers) -> None:
     r.add_argument("--model", default=None, help="judge model registry name (default: the embedded model)")
     r.add_argument("--out", default=None, help="verdicts JSONL (default: <records>.judge.jsonl)")
     r.add_argument("--limit", type=int, default=0)
+    r.add_argument("--max-tokens", type=int, default=1024, help="judge output budget (default 1024)")
+    r.add_argument("--scores-only", action="store_true",
+                   help="ask for bare scores, no justifications (about a fifth of the output tokens)")
     r.add_argument("--cache-mode", default="rw", choices=["rw", "replay", "off"])
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=_run)
