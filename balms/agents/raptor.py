@@ -189,8 +189,7 @@ def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: p
     else:
         comp = backend.generate(msgs, params)
     text = comp.text.strip()
-    cache.put(key, text, {"prompt_tokens": comp.prompt_tokens, "completion_tokens": comp.completion_tokens,
-                          "latency_s": comp.latency_s})
+    cache.put(key, text, {c: getattr(comp, c) for c in SummaryCache.USAGE})
     return text, True
 
 

@@ -90,11 +90,10 @@ def _rubric_text() -> str:
 
 
 def _example_json(justify: bool = True) -> str:
-    if not justify:
-        parts = [f'"{d}": <0, 1 or null>' for d in TIER1] + [f'"{d}": <1-5>' for d in TIER2]
-        return "{\n  " + ",\n  ".join(parts) + "\n}"
-    parts = [f'"{d}": {{"score": <0, 1 or null>, "justification": "<one sentence>"}}' for d in TIER1]
-    parts += [f'"{d}": {{"score": <1-5>, "justification": "<one sentence>"}}' for d in TIER2]
+    def shape(score: str) -> str:
+        return f'{{"score": {score}, "justification": "<one sentence>"}}' if justify else score
+
+    parts = [f'"{d}": {shape("<0, 1 or null>")}' for d in TIER1] + [f'"{d}": {shape("<1-5>")}' for d in TIER2]
     return "{\n  " + ",\n  ".join(parts) + "\n}"
 
 
