@@ -8,6 +8,7 @@ PIP      := $(PY) -m pip
 PROFILE  ?= demo
 # Extra papermill parameters, e.g.  make paper P="-p n_samples 20 -p backbones '[\"qwen2.5-coder-0.5b\"]'"
 P        ?=
+export BALMS_P := $(P)
 SHARED_WHEELS ?= ../shared/wheels
 # llama.cpp build: scripts/install-llama-cpp (LLAMA_FLAVOR=auto|avx512|avx2; AMX always off, see README).
 
@@ -66,13 +67,19 @@ test-notebooks: ## Execute the notebooks in the smoke profile and check them wit
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all
 
+PARAMS_STAMP := notebooks/executed/$(PROFILE)/.params
+$(PARAMS_STAMP): FORCE  # re-run the notebooks when P changes
+	@mkdir -p $(@D); echo "$$BALMS_P" | cmp -s - $@ || echo "$$BALMS_P" > $@
+FORCE:
+
 paper: $(EXECUTED) ## Run every notebook with papermill (PROFILE=demo by default), then index the artefacts
 	$(PY) -m balms.report index --profile $(PROFILE)
 
-notebooks/executed/$(PROFILE)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES)
+notebooks/executed/$(PROFILE)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES) $(PARAMS_STAMP)
 	@mkdir -p $(@D)
+	$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$*.py --set "$$BALMS_P" --out $@.params.yaml
 	$(VENV)/bin/jupytext --update --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
-	$(VENV)/bin/papermill -k balms --cwd notebooks -f profiles/$(PROFILE).yaml -p profile $(PROFILE) $(P) notebooks/$*.ipynb $@
+	$(VENV)/bin/papermill -k balms --cwd notebooks -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@
 
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
 	@test -n "$(NB)" || (echo "usage: make notebook NB=01_prediction" && exit 2)

@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     ("data", "balms.data.cli"),
     ("models", "balms.models.cli"),
     ("run", "balms.run_cli"),
+    ("config", "balms.experiments.config"),
     ("sandbox", "balms.agents.sandbox_cli"),
     ("judge", "balms.judges.cli"),
 ]

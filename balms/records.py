@@ -44,6 +44,7 @@ class PredictionRecord(BaseModel):
     wall_s: float | None = None  # wall time of the run that wrote the record (small when calls came from the cache)
     cost_usd: float = 0.0
     error: str | None = None  # agent/harness error (not a parse failure)
+    cell: dict[str, Any] | None = None  # the cell's spec (balms.cellspec.CellSpec.compact()): what made this record
 
     @property
     def parsed(self) -> bool:

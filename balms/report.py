@@ -52,11 +52,18 @@ def source_label(sources: Iterable[str]) -> str:
 
 
 def _register(profile: str, row: dict) -> None:
+    """Add or replace one artefact row; locked, so notebooks running in parallel (make -j2) lose no row."""
+    import fcntl
+
     path = index_path(profile)
-    idx = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=INDEX_COLUMNS)
-    idx = idx[idx["path"] != row["path"]]
-    idx = pd.concat([idx, pd.DataFrame([row])], ignore_index=True)[INDEX_COLUMNS]
-    idx.sort_values(["artefact", "path"]).to_csv(path, index=False)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        idx = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=INDEX_COLUMNS)
+        idx = idx[idx["path"] != row["path"]]
+        idx = pd.concat([idx, pd.DataFrame([row])], ignore_index=True)[INDEX_COLUMNS]
+        tmp = path.with_name(path.name + ".tmp")
+        idx.sort_values(["artefact", "path"]).to_csv(tmp, index=False)
+        tmp.replace(path)
 
 
 def _rel(p: Path) -> str:

@@ -22,9 +22,12 @@ def _parse_option(text: str):
 def _run(args) -> int:
     from balms import experiments as ex
 
-    cfg = ex.ExperimentConfig(profile=args.profile, n_samples=args.n, seed=args.seed, cache_mode=args.cache_mode,
-                              concurrency=args.concurrency, raw_root=args.raw,
-                              **({"phia_max_iters": args.max_iters} if args.max_iters else {}))
+    try:
+        cfg = ex.load(args.config, n_samples=args.n, seed=args.seed, cache_mode=args.cache_mode,
+                      concurrency=args.concurrency, raw_root=args.raw, phia_max_iters=args.max_iters)
+    except ex.ConfigError as exc:
+        raise SystemExit(f"balms run: {exc}") from None
+    cfg = cfg.replace(profile=args.profile)
     recs = ex.run_cell(cfg, args.dataset, args.system, args.model, cot=args.cot, lookback=args.lookback,
                        options=dict(_parse_option(o) for o in args.option))
     import pandas as pd
@@ -41,14 +44,15 @@ def register(sub) -> None:
     p.add_argument("--system", required=True, choices=["healthllm", "rag", "raptor", "phia"])
     p.add_argument("--model", required=True, help="registry name (balms models list)")
     p.add_argument("--cot", action="store_true", help="chain-of-thought variant")
-    p.add_argument("--n", type=int, default=6, help="evaluation samples (0 = all test samples)")
+    p.add_argument("--n", type=int, default=None, help="evaluation samples (0 = all test samples)")
     p.add_argument("--lookback", type=int, default=None)
     p.add_argument("--option", action="append", default=[], help="agent option key=value (JSON values allowed)")
     p.add_argument("--max-iters", type=int, default=None, help="PHIA iteration budget")
+    p.add_argument("--config", default="demo", help="profile whose budgets to use (profiles/<name>.yaml)")
     p.add_argument("--profile", default="cli", help="runs/<profile>/ folder for the records")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache-mode", default="rw", choices=["rw", "replay", "off"])
-    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--cache-mode", default=None, choices=["rw", "replay", "off"])
+    p.add_argument("--concurrency", type=int, default=None)
     p.add_argument("--raw", default=None, help="raw data root (default BALMS_RAW_DIR or data/raw)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)

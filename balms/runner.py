@@ -11,11 +11,17 @@ Every model call goes through `RetryingBackend` (per-call timeout; exponential b
 retry-after, for transient errors), so a multi-step agent never redoes finished steps. When the backend has its
 own retry layer (get_backend adds one for remote models) the runner keeps that one and `retries` is not
 applied twice. Record order is completion order (identical across re-runs at concurrency 1).
+
+With a `CellSpec`, the spec is written into the manifest and (compact) into every record, and a run file whose
+records were made under another spec is refused. One process at a time works on a run file: an exclusive
+`fcntl` lock beside it makes a second writer (`make -j2 paper`, two notebooks sharing a cell) wait, then resume.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import platform
@@ -220,13 +226,46 @@ def _data_sources(samples: Sequence, tables) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ running ------
+def _agent_options(agent) -> dict:
+    """The agent's options as data (agents expose them as a method; a plain dict attribute also works)."""
+    opts = getattr(agent, "options", None)
+    opts = opts() if callable(opts) else opts
+    return dict(opts or {})
+
+
+@contextlib.contextmanager
+def cell_lock(out_path: Path, *, progress: bool = True):
+    """Exclusive lock on a run file for the whole run; a second writer waits and is told who holds it."""
+    lock_path = out_path.with_name(out_path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            if progress:
+                print(f"waiting for {out_path.name}: locked by {holder}", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} since {_now()}")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _error_record(agent, backend, sample, message: str) -> PredictionRecord:
     return PredictionRecord(
         sample_id=sample.sample_id, dataset=sample.dataset, user=sample.user,
         target_date=sample.target_date.isoformat(), lookback=sample.lookback, label=sample.label,
         source=sample.source, system=getattr(agent, "name", type(agent).__name__), cot=bool(getattr(agent, "cot", False)),
         model=getattr(backend, "name", backend.model_id), model_id=backend.model_id,
-        options=dict(getattr(agent, "options", {}) or {}), error=message, n_steps=0,
+        options=_agent_options(agent), error=message, n_steps=0,
     )
 
 
@@ -272,11 +311,33 @@ def _stats(backend) -> dict:
 
 def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
                 timeout_s: float | None = 600.0, retries: int = 4, progress: bool = True,
-                manifest_extra: dict | None = None, retry_failed: bool = False) -> RunResult:
-    """Run `agent.predict(sample, tables, backend)` for every sample not yet in `out_path`; see module doc."""
+                manifest_extra: dict | None = None, retry_failed: bool = False, spec=None) -> RunResult:
+    """Run `agent.predict(sample, tables, backend)` for every sample not yet in `out_path`; see module doc.
+
+    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written."""
+    out_path = Path(out_path)
+    with cell_lock(out_path, progress=progress):
+        return _run_locked(agent, backend, samples, tables, out_path, concurrency=concurrency, timeout_s=timeout_s,
+                           retries=retries, progress=progress, manifest_extra=manifest_extra,
+                           retry_failed=retry_failed, spec=spec)
+
+
+def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
+    """Records made under another cell spec must never be mixed into this one."""
+    if spec is None:
+        return
+    key = spec.key()
+    for i, r in enumerate(records, 1):
+        other = (r.cell or {}).get("key")
+        if other != key:
+            raise DataError(path, f"record {r.sample_id!r} was made under cell spec {other!r}, this run is "
+                            f"{key!r}: the run file name and its records disagree", row=i)
+
+
+def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency, timeout_s, retries, progress,
+                manifest_extra, retry_failed, spec) -> RunResult:
     from tqdm.auto import tqdm
 
-    out_path = Path(out_path)
     mpath = manifest_path_for(out_path)
     samples = list(samples)
     ids = [s.sample_id for s in samples]
@@ -286,6 +347,7 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
     wanted = set(ids)
 
     existing = _recover(out_path)
+    _check_spec(out_path, existing, spec)
     if retry_failed and any(r.error and r.key() in wanted for r in existing):
         existing = [r for r in existing if not (r.error and r.key() in wanted)]
         _rewrite(out_path, existing)
@@ -308,9 +370,10 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
     manifest: dict[str, Any] = {
         "run_file": str(out_path),
         "status": "running",
+        "cell": None if spec is None else spec.model_dump(mode="json") | {"key": spec.key()},
         "agent": {"name": getattr(agent, "name", type(agent).__name__), "cot": getattr(agent, "cot", None),
                   "class": f"{type(agent).__module__}.{type(agent).__qualname__}",
-                  "options": getattr(agent, "options", None)},
+                  "options": _agent_options(agent)},
         "model": {"name": getattr(backend, "name", None), "model_id": backend.model_id,
                   "backend": type(getattr(backend, "backend", backend)).__name__,
                   "cache_mode": getattr(backend, "mode", None)},
@@ -327,6 +390,7 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
     }
     _write_json_atomic(mpath, manifest)
 
+    cell = None if spec is None else spec.compact()
     appender = _Appender(out_path)
     t0 = time.perf_counter()
     bar = tqdm(total=len(samples), initial=n_before, unit="sample", disable=not progress, smoothing=0.05,
@@ -341,6 +405,8 @@ def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path,
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     recs = [f.result() for f in sorted(finished, key=order.__getitem__)]
+                    for r in recs:
+                        r.cell = cell
                     appender.write(recs)
                     session["n_new"] += len(recs)
                     n_err = sum(r.error is not None for r in recs)

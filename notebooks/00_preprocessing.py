@@ -17,9 +17,10 @@
 # per-user mean, last label, ridge and gradient boosting on window summaries.
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-seed = 0
+datasets = None
+seed = None
 
 # %%
 import pandas as pd
@@ -29,7 +30,7 @@ import seaborn as sns
 from balms import experiments as ex, report
 from balms.data.summary import dataset_summary
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "00_preprocessing"
 summaries = {d: dataset_summary(d, seed=cfg.seed) for d in cfg.datasets}
 
@@ -52,7 +53,7 @@ t5["paper_mean_predictor_mae"] = t5["dataset"].map(
     report.paper_table("table3_zero_shot_mae").iloc[0][["diversityone_mae", "pmdata_mae", "globem_mae"]]
     .rename(lambda c: {"diversityone_mae": "DiversityOne", "pmdata_mae": "PMData", "globem_mae": "GLOBEM"}[c]))
 src = report.source_label(t5["source"])
-report.save_table(t5, "table5_eval_sets", artefact="Table 5", notebook=NB, source=src, profile=profile,
+report.save_table(t5, "table5_eval_sets", artefact="Table 5", notebook=NB, source=src, profile=cfg.profile,
                   caption="evaluation sets and mean-predictor MAE, paper vs ours")
 t5
 
@@ -63,7 +64,7 @@ t5
 # NBVAL_CHECK_OUTPUT
 dropped = pd.DataFrame([{"dataset": d, "rule": k, "count": v} for d, s in summaries.items()
                         for k, v in s["dropped"].items()])
-report.save_table(dropped, "data_dropped", artefact="Table 5 (filters)", notebook=NB, source=src, profile=profile,
+report.save_table(dropped, "data_dropped", artefact="Table 5 (filters)", notebook=NB, source=src, profile=cfg.profile,
                   caption="samples dropped per rule")
 dropped
 
@@ -77,7 +78,7 @@ g = sns.catplot(data=lab, x="label", y="count", col="dataset", kind="bar", share
 srcs = ", ".join(f"{d}={s['source']}" for d, s in summaries.items())
 g.figure.suptitle(f"Label distributions (sources: {srcs})", y=1.05)
 report.save_figure(g.figure, "label_distributions", artefact="Label distributions", notebook=NB, source=src,
-                   profile=profile, n=int(lab["count"].sum()))
+                   profile=cfg.profile, n=int(lab["count"].sum()))
 
 # %% [markdown]
 # ## Missingness per channel (share of user-days with no value)
@@ -88,8 +89,8 @@ miss = pd.DataFrame([{"dataset": d, "channel": c, "missing": v} for d, s in summ
 fig, ax = plt.subplots(figsize=(7, max(3, 0.25 * len(miss))))
 sns.barplot(data=miss, y="channel", x="missing", hue="dataset", ax=ax)
 ax.set_title("Missing share of user-days per channel")
-report.save_figure(fig, "missingness", artefact="Missingness", notebook=NB, source=src, profile=profile)
-report.save_table(miss, "missingness", artefact="Missingness", notebook=NB, source=src, profile=profile,
+report.save_figure(fig, "missingness", artefact="Missingness", notebook=NB, source=src, profile=cfg.profile)
+report.save_table(miss, "missingness", artefact="Missingness", notebook=NB, source=src, profile=cfg.profile,
                   caption="share of user-days with no value, per channel")
 
 # %% [markdown]
@@ -99,7 +100,7 @@ report.save_table(miss, "missingness", artefact="Missingness", notebook=NB, sour
 # NBVAL_CHECK_OUTPUT
 base = pd.DataFrame([{"dataset": d, "source": s["source"], "baseline": b, **v}
                      for d, s in summaries.items() for b, v in s["baselines"].items()])
-report.save_table(base, "baselines", artefact="Baselines", notebook=NB, source=src, profile=profile,
+report.save_table(base, "baselines", artefact="Baselines", notebook=NB, source=src, profile=cfg.profile,
                   caption="mean predictor and supervised baselines, MAE")
 base.round(3)
 

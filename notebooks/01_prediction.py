@@ -16,20 +16,21 @@
 # participant. Same evaluation samples for every system and backbone.
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-systems = ["healthllm", "rag", "raptor", "phia"]
-backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 2
-seed = 0
-cache_mode = "rw"
-concurrency = 1
-phia_max_iters = 3
-phia_step_tokens = 160
-zs_max_tokens = 16
-cot_max_tokens = 256
-raptor_summary_tokens = 48
-raptor_memory = "lookback"
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+phia_max_iters = None
+phia_step_tokens = None
+zs_max_tokens = None
+cot_max_tokens = None
+raptor_summary_tokens = None
+raptor_memory = None
 
 # %%
 import matplotlib.pyplot as plt
@@ -37,7 +38,7 @@ import seaborn as sns
 
 from balms import experiments as ex, report
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "01_prediction"
 res = ex.grid_result(cfg, cots=(False,))
 recs, summary, src, models_caption = res.records, res.summary, res.source, res.caption
@@ -49,7 +50,7 @@ print(f"{len(recs)} predictions; models: {models_caption}; data: {src}")
 
 # %%
 t3 = ex.table3_paper_vs_ours(summary, mean_pred, cot=False)
-report.save_table(t3, "table3_zero_shot", artefact="Table 3", notebook=NB, source=src, profile=profile,
+report.save_table(t3, "table3_zero_shot", artefact="Table 3", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones, n=len(recs), caption=f"zero-shot MAE; ours: {models_caption}")
 t3.round(3)
 
@@ -58,19 +59,19 @@ t3.round(3)
 
 # %%
 report.save_table(summary, "prediction_zero_shot_cells", artefact="Table 3 (cells)", notebook=NB, source=src,
-                  profile=profile, models=cfg.backbones, n=len(recs), caption="per-cell MAE with 95% CI")
+                  profile=cfg.profile, models=cfg.backbones, n=len(recs), caption="per-cell MAE with 95% CI")
 summary.round(3)
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
 sns.barplot(data=recs.dropna(subset=["prediction"]).assign(ae=lambda d: (d.prediction - d.label).abs()),
-            x="dataset", y="ae", hue="system", errorbar=("ci", 95), seed=seed, ax=ax)
+            x="dataset", y="ae", hue="system", errorbar=("ci", 95), seed=cfg.seed, ax=ax)
 for i, r in enumerate(mean_pred.itertuples()):
     ax.hlines(r.mae_raw_mean, i - 0.4, i + 0.4, colors="k", linestyles="--", label="mean predictor" if i == 0 else None)
 ax.set_ylabel("absolute error"); ax.legend(fontsize=7)
 ax.set_title(f"Zero-shot MAE, {models_caption}\n(data: {src}, n={cfg.n_samples or 'all'} per dataset)", fontsize=9)
 report.save_figure(fig, "table3_zero_shot_mae", artefact="Table 3 (figure)", notebook=NB, source=src,
-                   profile=profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
 
 # %% [markdown]
 # ## Supervised baselines on the same target days

@@ -15,26 +15,27 @@
 # rationale graded in 07. The paper's largest CoT reduction is 41.4%; it helped the reasoning-tuned backbone most.
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-systems = ["healthllm", "rag", "raptor", "phia"]
-backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 2
-seed = 0
-cache_mode = "rw"
-concurrency = 1
-phia_max_iters = 3
-phia_step_tokens = 160
-zs_max_tokens = 16
-cot_max_tokens = 256
-raptor_summary_tokens = 48
-raptor_memory = "lookback"
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+phia_max_iters = None
+phia_step_tokens = None
+zs_max_tokens = None
+cot_max_tokens = None
+raptor_summary_tokens = None
+raptor_memory = None
 
 # %%
 
 from balms import experiments as ex, report
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "02_cot"
 res = ex.grid_result(cfg, cots=(False, True))
 recs, summary, src, models_caption = res.records, res.summary, res.source, res.caption
@@ -45,7 +46,7 @@ mean_pred = ex.mean_predictor_rows(cfg)
 
 # %%
 t3c = ex.table3_paper_vs_ours(summary, mean_pred, cot=True)
-report.save_table(t3c, "table3_cot", artefact="Table 3 (+CoT)", notebook=NB, source=src, profile=profile,
+report.save_table(t3c, "table3_cot", artefact="Table 3 (+CoT)", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones, n=len(recs), caption=f"CoT MAE; ours: {models_caption}")
 t3c.round(3)
 
@@ -64,7 +65,7 @@ for ds in ["diversityone", "pmdata", "globem"]:
     prel.append(((p[f"{ds}_cot_mae"] - p[f"{ds}_mae"]) / p[f"{ds}_mae"]).min())
 wide["paper_largest_reduction"] = -min(prel)
 report.save_table(wide, "cot_relative_change", artefact="Table 3 (CoT change)", notebook=NB, source=src,
-                  profile=profile, models=cfg.backbones, n=len(recs),
+                  profile=cfg.profile, models=cfg.backbones, n=len(recs),
                   caption="relative MAE change from CoT per cell; paper's largest reduction beside")
 print(f"paper's largest CoT reduction recomputed from Table 3: {-min(prel):.1%} (text says 41.4%)")
 wide.round(3)
@@ -73,7 +74,7 @@ wide.round(3)
 fig = report.facet(wide, kind="bar", x="system", y="relative_change", hue="dataset",
                    title=f"CoT relative MAE change, {models_caption} (data: {src})")
 report.save_figure(fig, "cot_relative_change", artefact="Table 3 (CoT change figure)", notebook=NB, source=src,
-                   profile=profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
 
 # %% [markdown]
 # Negative values are improvements. Small CPU models often ignore the request to reason or run out of tokens

@@ -16,30 +16,31 @@
 # for Health-LLM and stay bounded for retrieval.
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-systems = ["healthllm", "rag", "raptor", "phia"]
-backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 2
-seed = 0
-cache_mode = "rw"
-concurrency = 1
-phia_max_iters = 3
-phia_step_tokens = 160
-zs_max_tokens = 16
-cot_max_tokens = 256
-raptor_summary_tokens = 48
-raptor_memory = "lookback"
-lookbacks = [7, 14, 28]
-horizon_datasets = ["pmdata", "globem"]
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+phia_max_iters = None
+phia_step_tokens = None
+zs_max_tokens = None
+cot_max_tokens = None
+raptor_summary_tokens = None
+raptor_memory = None
+lookbacks = None
+horizon_datasets = None
 horizon_backbone = None
-horizon_systems = ["healthllm", "rag", "phia"]
+horizon_systems = None
 
 # %%
 
 from balms import experiments as ex, report
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "03_long_horizon"
 model = cfg.horizon_backbone or cfg.backbones[0]
 max_lb = max(cfg.lookbacks)
@@ -57,7 +58,7 @@ recs, summary, src, cap = res.records, res.summary, res.source, res.caption
 # %%
 fig = report.facet(summary, kind="line", x="lookback", y="mae", hue="system", col="dataset",
                    title=f"MAE vs look-back (target day fixed), {cap}; data: {src}; n={cfg.n_samples or 'all'}")
-report.save_figure(fig, "fig5_mae_vs_lookback", artefact="Figure 5", notebook=NB, source=src, profile=profile,
+report.save_figure(fig, "fig5_mae_vs_lookback", artefact="Figure 5", notebook=NB, source=src, profile=cfg.profile,
                    models=[model], n=len(recs))
 first, last = min(cfg.lookbacks), max(cfg.lookbacks)
 chg = summary.set_index(["dataset", "system", "lookback"])["mae"].unstack("lookback")
@@ -66,7 +67,7 @@ chg = chg.reset_index()
 chg["paper_claim"] = chg.apply(lambda r: {("pmdata", "rag"): "about -29%", ("globem", "rag"): "about -9%",
                                           ("pmdata", "phia"): "flat"}.get((r.dataset, r.system), ""), axis=1)
 chg.columns = [str(c) for c in chg.columns]
-report.save_table(chg, "fig5_lookback_change", artefact="Figure 5 (table)", notebook=NB, source=src, profile=profile,
+report.save_table(chg, "fig5_lookback_change", artefact="Figure 5 (table)", notebook=NB, source=src, profile=cfg.profile,
                   models=[model], n=len(recs), caption="MAE per look-back and relative change, paper claims beside")
 chg.round(3)
 
@@ -77,7 +78,7 @@ chg.round(3)
 fig = report.facet(summary, kind="line", x="lookback", y="mean_latency_s", hue="system", col="dataset",
                    title=f"Mean latency per sample vs look-back, {cap}; data: {src}")
 report.save_figure(fig, "fig7_latency_vs_lookback", artefact="Figure 7", notebook=NB, source=src,
-                   profile=profile, models=[model], n=len(recs))
+                   profile=cfg.profile, models=[model], n=len(recs))
 
 # %% [markdown]
 # ## Figure 2: prompt tokens vs look-back
@@ -86,9 +87,9 @@ report.save_figure(fig, "fig7_latency_vs_lookback", artefact="Figure 7", noteboo
 fig = report.facet(summary, kind="line", x="lookback", y="mean_prompt_tokens", hue="system", col="dataset",
                    title=f"Prompt tokens per sample vs look-back ({cap} tokenizer); data: {src}")
 report.save_figure(fig, "fig2_tokens_vs_lookback", artefact="Figure 2", notebook=NB, source=src,
-                   profile=profile, models=[model], n=len(recs))
+                   profile=cfg.profile, models=[model], n=len(recs))
 report.save_table(summary, "long_horizon_cells", artefact="Figures 2, 5, 7 (cells)", notebook=NB, source=src,
-                  profile=profile, models=[model], n=len(recs), caption="per look-back cells")
+                  profile=cfg.profile, models=[model], n=len(recs), caption="per look-back cells")
 summary[["dataset", "system", "lookback", "mae", "mean_latency_s", "mean_prompt_tokens"]].round(2)
 
 # %% [markdown]

@@ -16,36 +16,37 @@
 # sleep + heart-rate channels only.
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-systems = ["healthllm", "rag", "raptor", "phia"]
-backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 2
-seed = 0
-cache_mode = "rw"
-concurrency = 1
-phia_max_iters = 3
-phia_step_tokens = 160
-zs_max_tokens = 16
-cot_max_tokens = 256
-raptor_summary_tokens = 48
-raptor_memory = "lookback"
-ablation_systems = ["healthllm", "rag", "raptor", "phia"]
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+phia_max_iters = None
+phia_step_tokens = None
+zs_max_tokens = None
+cot_max_tokens = None
+raptor_summary_tokens = None
+raptor_memory = None
+ablation_systems = None
 
 # %%
 import pandas as pd
 
 from balms import experiments as ex, report
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "04_ablations"
 gl = ex.cohort("globem", cfg).tables
 wearable = [c.name for c in gl.channels if c.device == "wearable"]
 print("GLOBEM wearable channels:", wearable)
 parts = []
 for cot in (False, True):
-    full = ex.run_grid(cfg, datasets=["globem"], systems=ablation_systems, cots=(cot,)).assign(channel_set="full")
-    fit = ex.run_grid(cfg, datasets=["globem"], systems=ablation_systems, cots=(cot,),
+    full = ex.run_grid(cfg, datasets=["globem"], systems=cfg.ablation_systems, cots=(cot,)).assign(channel_set="full")
+    fit = ex.run_grid(cfg, datasets=["globem"], systems=cfg.ablation_systems, cots=(cot,),
                       options={"channels": wearable}).assign(channel_set="fitbit")
     parts += [full, fit]
 recs = pd.concat(parts, ignore_index=True)
@@ -63,7 +64,7 @@ ours["system"] = ours["system"].map(ex.PAPER_SYSTEM_NAMES)
 paper4 = report.paper_table("table4_globem_sensor_sets")
 t4 = pd.concat([paper4.assign(who="paper"), ours.rename(columns={"model": "backbone"}).assign(who="ours")],
                ignore_index=True)
-report.save_table(t4, "table4_globem_sensor_sets", artefact="Table 4", notebook=NB, source=src, profile=profile,
+report.save_table(t4, "table4_globem_sensor_sets", artefact="Table 4", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones, n=len(recs), caption=f"GLOBEM full vs Fitbit-only MAE; ours: {cap}")
 t4.round(3)
 
@@ -91,14 +92,14 @@ pm_parts = [
 pm_recs = pd.concat(pm_parts, ignore_index=True)
 pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"], cfg=cfg)
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
-                  source=report.source_label(pm_sum["source"]), profile=profile, models=cfg.backbones,
+                  source=report.source_label(pm_sum["source"]), profile=cfg.profile, models=cfg.backbones,
                   n=len(pm_recs), caption=f"PMData Health-LLM MAE by channel set; {cap}")
 fig = report.facet(pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
                               pm_sum.assign(x=pm_sum.channel_set)], ignore_index=True),
                    kind="bar", x="x", y="mae", hue="system", col="dataset", sharex=False, aspect=1.4,
                    title=f"Channel-set ablations, {cap}; data: {src}")
 report.save_figure(fig, "table4_ablation", artefact="Table 4 (figure)", notebook=NB, source=src,
-                   profile=profile, models=cfg.backbones, n=len(recs) + len(pm_recs))
+                   profile=cfg.profile, models=cfg.backbones, n=len(recs) + len(pm_recs))
 pm_sum.round(3)
 
 # %% [markdown]

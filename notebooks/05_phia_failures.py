@@ -19,31 +19,32 @@
 # tracebacks) on the same windows, and count every failure in every trace.
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-systems = ["healthllm", "rag", "raptor", "phia"]
-backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 2
-seed = 0
-cache_mode = "rw"
-concurrency = 1
-phia_max_iters = 3
-phia_step_tokens = 160
-zs_max_tokens = 16
-cot_max_tokens = 256
-raptor_summary_tokens = 48
-raptor_memory = "lookback"
-executors = ["faithful", "improved"]
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+phia_max_iters = None
+phia_step_tokens = None
+zs_max_tokens = None
+cot_max_tokens = None
+raptor_summary_tokens = None
+raptor_memory = None
+executors = None
 
 # %%
 import pandas as pd
 
 from balms import experiments as ex, failures, metrics, report
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "05_phia_failures"
 recs = pd.concat([ex.run_grid(cfg, systems=["phia"], options={"executor": e}, keep_transcript=True).assign(executor=e)
-                  for e in executors], ignore_index=True)
+                  for e in cfg.executors], ignore_index=True)
 src = report.source_label(recs["source"])
 cap = report.model_caption(cfg.backbones)
 
@@ -57,7 +58,7 @@ mae = ex.summarize(recs, by=["dataset", "model", "executor"], cfg=cfg)[["dataset
 mc = mc.merge(mae, on=["dataset", "model", "executor"])
 p7 = report.paper_table("table7_phia_mode_collapse").assign(dataset=lambda d: d.dataset.str.lower())
 t7 = p7.add_prefix("paper_").rename(columns={"paper_dataset": "dataset"}).merge(mc, on="dataset", how="right")
-report.save_table(t7, "table7_phia_mode_collapse", artefact="Table 7", notebook=NB, source=src, profile=profile,
+report.save_table(t7, "table7_phia_mode_collapse", artefact="Table 7", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones, n=len(recs), caption=f"PHIA mode collapse; ours: {cap}")
 t7.round(3)
 
@@ -70,7 +71,7 @@ t7.round(3)
 # %%
 tax = failures.taxonomy_table(recs, by=["dataset", "model", "executor"])
 report.save_table(tax, "phia_failure_taxonomy", artefact="Appendix B (F1-F5)", notebook=NB, source=src,
-                  profile=profile, models=cfg.backbones, n=len(recs),
+                  profile=cfg.profile, models=cfg.backbones, n=len(recs),
                   caption=f"PHIA failures per window, faithful vs improved executor; {cap}")
 tax.round(3)
 
@@ -80,7 +81,7 @@ long = tax.melt(id_vars=["dataset", "executor"], value_vars=rate_cols, var_name=
 fig = report.facet(long, kind="bar", x="failure", y="per window", hue="executor", col="dataset",
                    title=f"PHIA failures per window, {cap}; data: {src}")
 report.save_figure(fig, "phia_failures", artefact="Appendix B (figure)", notebook=NB, source=src,
-                   profile=profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
 
 # %% [markdown]
 # Paper (Appendix B.2): 2.0 empty observations per traced GLOBEM window, 0.7 on PMData, 8 of 10 PMData windows

@@ -16,33 +16,34 @@
 # from the cache counts at its original latency (each record also keeps `wall_s`, the time of the run that wrote it).
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-systems = ["healthllm", "rag", "raptor", "phia"]
-backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 2
-seed = 0
-cache_mode = "rw"
-concurrency = 1
-phia_max_iters = 3
-phia_step_tokens = 160
-zs_max_tokens = 16
-cot_max_tokens = 256
-raptor_summary_tokens = 48
-raptor_memory = "lookback"
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+phia_max_iters = None
+phia_step_tokens = None
+zs_max_tokens = None
+cot_max_tokens = None
+raptor_summary_tokens = None
+raptor_memory = None
 
 # %%
 import seaborn as sns
 
 from balms import experiments as ex, report
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "06_latency"
 res = ex.grid_result(cfg, cots=(False, True))
 recs, summary, src, cap = res.records, res.summary, res.source, res.caption
 recs = recs.assign(latency_s=recs.latency_s.round(1))  # 0.1 s: a re-run from the cache draws the same figures
 lat = summary[["dataset", "system", "model", "cot", "n", "mean_latency_s", "mean_prompt_tokens", "mean_completion_tokens"]]
-report.save_table(lat, "latency", artefact="Figures 6, 8-10 (table)", notebook=NB, source=src, profile=profile,
+report.save_table(lat, "latency", artefact="Figures 6, 8-10 (table)", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones, n=len(recs), caption=f"mean per-sample latency; {cap}")
 lat.round(2)
 
@@ -51,11 +52,11 @@ lat.round(2)
 
 # %%
 g = sns.catplot(data=recs.assign(mode=recs.cot.map({False: "zero-shot", True: "CoT"})), x="system", y="latency_s",
-                hue="mode", col="dataset", kind="bar", errorbar=("ci", 95), seed=seed, height=3)
+                hue="mode", col="dataset", kind="bar", errorbar=("ci", 95), seed=cfg.seed, height=3)
 g.set(yscale="log")
 g.figure.suptitle(f"Per-sample latency, {cap} on 2 CPU cores; data: {src}", y=1.05, fontsize=9)
 report.save_figure(g.figure, "fig6_latency_per_system", artefact="Figure 6", notebook=NB, source=src,
-                   profile=profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
 
 # %% [markdown]
 # ## Figures 8-10: one panel per backbone
@@ -66,7 +67,7 @@ for i, m in enumerate(cfg.backbones):
     g = sns.catplot(data=sub, x="system", y="latency_s", hue="mode", col="dataset", kind="box", height=3)
     g.figure.suptitle(f"Latency distribution, {report.model_caption([m])}; data: {src}", y=1.05, fontsize=9)
     report.save_figure(g.figure, f"fig8_10_latency_{m}", artefact=f"Figures 8-10 ({m})", notebook=NB, source=src,
-                       profile=profile, models=[m], n=len(sub))
+                       profile=cfg.profile, models=[m], n=len(sub))
 
 # %% [markdown]
 # RAPTOR and PHIA cost the most: RAPTOR writes one summary per day of its memory (each sample is charged for every

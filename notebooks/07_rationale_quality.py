@@ -18,24 +18,25 @@
 # only (`judge_justify = False`): a 0.5B judge's justifications cost four-fifths of its tokens and are boilerplate.
 
 # %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
 profile = "demo"
-datasets = ["diversityone", "pmdata", "globem"]
-systems = ["healthllm", "rag", "raptor", "phia"]
-backbones = ["qwen2.5-coder-0.5b"]
-n_samples = 2
-seed = 0
-cache_mode = "rw"
-concurrency = 1
-phia_max_iters = 3
-phia_step_tokens = 160
-zs_max_tokens = 16
-cot_max_tokens = 256
-raptor_summary_tokens = 48
-raptor_memory = "lookback"
-judge_model = "qwen2.5-coder-0.5b"
-judge_systems = ["healthllm"]
-judge_max_tokens = 160
-judge_justify = False
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+phia_max_iters = None
+phia_step_tokens = None
+zs_max_tokens = None
+cot_max_tokens = None
+raptor_summary_tokens = None
+raptor_memory = None
+judge_model = None
+judge_systems = None
+judge_max_tokens = None
+judge_justify = None
 
 # %%
 import json
@@ -44,7 +45,7 @@ import pandas as pd
 from balms import experiments as ex, report, paths
 from balms.judges.grounding import check_rationale
 
-cfg = ex.config_from_namespace(globals())
+cfg = ex.from_notebook(globals())
 NB = "07_rationale_quality"
 judged = ex.judge_grid(cfg)
 src = report.source_label(judged["source"])
@@ -58,7 +59,7 @@ print(f"{len(judged)} rationales judged by {jcap}, {mode}; unscored: {(judged.ju
 
 # %%
 agg = ex.aggregate_judgements(judged, by=["dataset", "model", "system"])
-report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src, profile=profile,
+report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones + [cfg.judge_model], n=len(judged),
                   caption=f"Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
 t1 = agg.melt(id_vars=["dataset", "model", "system"], value_vars=[c for c in agg.columns if c.endswith("_cond_acc")],
@@ -68,7 +69,7 @@ fig = report.facet(t1.assign(dimension=t1.dimension.str.replace("_cond_acc", "")
                    title=f"Tier-1 conditional accuracy; agents {cap}; judge {jcap}; data {src}")
 for ax in fig.axes:
     ax.tick_params(axis="x", rotation=45)
-report.save_figure(fig, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=profile,
+report.save_figure(fig, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=cfg.profile,
                    models=cfg.backbones + [cfg.judge_model], n=len(judged))
 agg.round(2)
 
@@ -80,7 +81,7 @@ tier2 = ["faithfulness", "evidence_grounding", "domain_knowledge", "clarity", "o
 ours6 = agg[agg.dataset == "globem"][["model", "system"] + tier2].rename(columns={"model": "backbone"})
 ours6["system"] = ours6["system"].map(ex.PAPER_SYSTEM_NAMES)
 t6 = pd.concat([report.paper_table("table6_globem_tier2").assign(who="paper"), ours6.assign(who="ours")], ignore_index=True)
-report.save_table(t6, "table6_globem_tier2", artefact="Table 6", notebook=NB, source=src, profile=profile,
+report.save_table(t6, "table6_globem_tier2", artefact="Table 6", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones + [cfg.judge_model], n=len(judged), caption=f"GLOBEM Tier-2 means; judge {jcap}")
 t6.round(2)
 
@@ -101,7 +102,7 @@ for name, r in case["rationales"].items():
                  "paper_wrong_day": len(r["paper_audit"]["wrong_day_claims"]),
                  "paper_trends": r["paper_audit"]["multi_day_trend_cited"]})
 t8 = pd.DataFrame(rows)
-report.save_table(t8, "table8_case_study_grounding", artefact="Table 8", notebook=NB, source="real", profile=profile,
+report.save_table(t8, "table8_case_study_grounding", artefact="Table 8", notebook=NB, source="real", profile=cfg.profile,
                   caption="grounding checker vs the paper's hand audit (case study D.1)")
 t8
 
@@ -113,7 +114,7 @@ ground = ex.ground_grid(cfg, judged)
 gsum = ground.groupby(["dataset", "system"])[["n_claims", "supported", "wrong_day", "value_not_found", "unverifiable"]].sum().reset_index()
 gsum["supported_share"] = gsum["supported"] / gsum["n_claims"].where(gsum["n_claims"] > 0)
 report.save_table(gsum, "grounding_all_rationales", artefact="Grounding audit (all rationales)", notebook=NB,
-                  source=src, profile=profile, models=cfg.backbones, n=len(ground),
+                  source=src, profile=cfg.profile, models=cfg.backbones, n=len(ground),
                   caption=f"numeric claims per rationale checked against the window; agents {cap}")
 gsum.round(2)
 

@@ -1,0 +1,22 @@
+"""What the notebooks share, one concern per module:
+
+- `config`: the pydantic configuration (defaults, profiles, overrides, each notebook's own parameters);
+- `cohorts`: tables, samples, the seeded split and evaluation samples, the mean predictor;
+- `grid`: cells as `CellSpec`s, run cached and resumable through `balms.runner`;
+- `summaries`: per-cell MAE with participant-bootstrap intervals and the paper-vs-ours table layouts;
+- `judging`: the LLM judge and the grounding checker over a grid's rationales.
+
+Notebooks use `from balms import experiments as ex` and the names below.
+"""
+
+from balms.experiments.cohorts import Cohort, cohort, mean_predictor_rows, with_lookback
+from balms.experiments.config import ConfigError, ExperimentConfig, from_notebook, load
+from balms.experiments.grid import (Cell, GridResult, agent_options, grid_result, make_cell, run_cell,
+                                    run_cell_spec, run_grid)
+from balms.experiments.judging import aggregate_judgements, ground_grid, judge_grid
+from balms.experiments.summaries import CELL_KEYS, PAPER_SYSTEM_NAMES, summarize, table3_paper_vs_ours
+
+__all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_SYSTEM_NAMES",
+           "agent_options", "aggregate_judgements", "cohort", "from_notebook", "grid_result", "ground_grid",
+           "judge_grid", "load", "make_cell", "mean_predictor_rows", "run_cell", "run_cell_spec", "run_grid",
+           "summarize", "table3_paper_vs_ours", "with_lookback"]

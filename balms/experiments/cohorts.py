@@ -1,0 +1,90 @@
+"""Cohorts: a dataset's tables, its samples and the seeded target-day split, loaded once per process.
+
+The evaluation samples are a seeded subset of the held-out target days, identical for every system and
+backbone; the mean predictor is the training days' average label on those same samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from balms.data.schema import DatasetTables, Sample
+from balms.experiments.config import ExperimentConfig
+
+
+@dataclass
+class Cohort:
+    """A dataset's tables, all its samples, and the seeded target-day split."""
+
+    dataset: str
+    tables: DatasetTables
+    sampleset: object  # balms.data.samples.SampleSet
+    train: list[Sample]
+    test: list[Sample]
+
+    @property
+    def source(self) -> str:
+        return self.tables.source
+
+    @property
+    def train_mean(self) -> float:
+        return float(np.mean([s.label for s in self.train]))
+
+    @property
+    def fingerprint(self) -> str:
+        """Content hash of the tables the prompts read (a changed dataset re-runs its cells)."""
+        from balms.data.fingerprint import tables_fingerprint
+
+        return tables_fingerprint(self.tables)
+
+    def eval_samples(self, n: int, seed: int) -> list[Sample]:
+        """n seeded test samples (0 = all), sorted by user and date, identical for every system/backbone."""
+        pool = sorted(self.test, key=lambda s: (s.user, s.target_date))
+        if n and n < len(pool):
+            rng = np.random.default_rng(seed)
+            pick = rng.choice(len(pool), size=n, replace=False)
+            pool = [pool[i] for i in sorted(pick)]
+        return pool
+
+
+@lru_cache(maxsize=None)
+def _cohort(dataset: str, lookback: int | None, raw_root: str | None, seed: int) -> Cohort:
+    from balms.data.loading import load_dataset
+    from balms.data.samples import build_samples, split_target_days
+
+    tables = load_dataset(dataset, Path(raw_root) if raw_root else None)
+    ss = build_samples(tables, lookback=lookback)
+    train, test = split_target_days(ss.samples, seed=seed)
+    return Cohort(dataset, tables, ss, list(train), list(test))
+
+
+def cohort(dataset: str, cfg: ExperimentConfig | None = None, lookback: int | None = None) -> Cohort:
+    cfg = cfg or ExperimentConfig()
+    return _cohort(dataset, lookback, cfg.raw_root, cfg.seed)
+
+
+def with_lookback(sample: Sample, lookback: int) -> Sample:
+    """The same target day and window end, with a different look-back length (Figure 5's design)."""
+    start = sample.window_end - dt.timedelta(days=lookback - 1)
+    return dataclasses.replace(sample, lookback=lookback, window_start=start)
+
+
+def mean_predictor_rows(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:
+    """The paper's reference baseline on the same evaluation samples: train-set mean, raw and rounded."""
+    out = []
+    for d in datasets or cfg.datasets:
+        co = cohort(d, cfg)
+        ev = co.eval_samples(cfg.n_samples, cfg.seed)
+        y = np.array([s.label for s in ev], dtype=float)
+        m = co.train_mean
+        out.append({"dataset": d, "source": co.source, "n": len(ev), "train_mean": m,
+                    "mae_raw_mean": float(np.abs(y - m).mean()) if len(y) else np.nan,
+                    "mae_rounded_mean": float(np.abs(y - round(m)).mean()) if len(y) else np.nan})
+    return pd.DataFrame(out)

@@ -1,0 +1,142 @@
+"""The benchmark grid: each (dataset, system, model, CoT, look-back, options) cell as a `CellSpec`, run through
+`balms.runner` into `runs/<profile>/<dataset>/<spec run name>.jsonl`, cached and resumable.
+
+A cell's spec carries the data and code fingerprints, so a library change re-runs the affected cells into new
+run files (their unchanged model calls come from the response cache), never reusing records computed by
+other code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from balms.cellspec import CellSpec, code_fingerprint
+from balms.data.schema import Sample
+from balms.experiments.cohorts import cohort, with_lookback
+from balms.experiments.config import ExperimentConfig
+from balms.records import PredictionRecord
+
+PROMPT_SYSTEMS = ("healthllm", "rag", "raptor")  # the systems whose prompt template has a style
+
+
+def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | None = None) -> dict:
+    """The options a system gets from the configuration (then `extra`, e.g. an ablation's channels)."""
+    from balms.agents.registry import agent_options as accepted
+
+    opts: dict = {"max_tokens": cfg.cot_max_tokens if cot else cfg.zs_max_tokens, "seed": cfg.seed}
+    if system == "phia":
+        opts.update(max_iters=cfg.phia_max_iters, max_tokens=cfg.phia_step_tokens, executor="faithful")
+    if system == "raptor":
+        opts.update(memory=cfg.raptor_memory, summary_max_tokens=cfg.raptor_summary_tokens)
+    if system in PROMPT_SYSTEMS and "style" in accepted(system):
+        opts["style"] = cfg.prompt_style
+    opts.update(extra or {})
+    return opts
+
+
+def eval_samples(cfg: ExperimentConfig, dataset: str, lookback: int | None = None) -> list[Sample]:
+    samples = cohort(dataset, cfg).eval_samples(cfg.n_samples, cfg.seed)
+    return [with_lookback(s, lookback) for s in samples] if lookback is not None else samples
+
+
+@dataclass
+class Cell:
+    """A cell ready to run: its spec, its samples and the agent built from the configuration."""
+
+    spec: CellSpec
+    samples: list[Sample]
+    agent: object
+
+
+def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, cot: bool = False,
+              lookback: int | None = None, options: dict | None = None,
+              samples: list[Sample] | None = None) -> Cell:
+    """The spec of one cell, its samples (the config's seeded evaluation samples unless given) and agent."""
+    from balms.agents.registry import make_agent
+    from balms.models.registry import get_backend
+
+    if samples is None:
+        samples = cohort(dataset, cfg).eval_samples(cfg.n_samples, cfg.seed)
+    if lookback is not None:
+        samples = [with_lookback(s, lookback) for s in samples]
+    lb = samples[0].lookback if samples else int(lookback or 0)
+    agent = make_agent(system, cot=cot, **agent_options(cfg, system, cot, options))
+    backend = get_backend(model, cache_mode=cfg.cache_mode)
+    opts = agent.options()
+    spec = CellSpec(dataset=dataset, system=system, model=model, model_id=backend.model_id, cot=cot, lookback=lb,
+                    options=opts, prompt_style=opts.get("style"), sample_ids=tuple(s.sample_id for s in samples),
+                    data_fingerprint=cohort(dataset, cfg).fingerprint, code_fingerprint=code_fingerprint())
+    return Cell(spec, samples, agent)
+
+
+def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -> list[PredictionRecord]:
+    """Run (or resume) one cell; returns its records in sample order."""
+    from balms.models.registry import get_backend
+    from balms.runner import load_records, run_samples
+
+    spec = cell.spec
+    backend = get_backend(spec.model, cache_mode=cfg.cache_mode)
+    path = spec.run_path(cfg.runs_root())
+    co = cohort(spec.dataset, cfg)
+    run_samples(cell.agent, backend, cell.samples, co.tables, path, concurrency=cfg.concurrency,
+                progress=progress, spec=spec, manifest_extra={"profile": cfg.profile, "source": co.source})
+    by_id = {r.sample_id: r for r in load_records(path)}
+    return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+
+
+def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, cot: bool = False,
+             lookback: int | None = None, options: dict | None = None,
+             samples: list[Sample] | None = None, progress: bool = True) -> list[PredictionRecord]:
+    """Build the cell and run it; cached and resumable."""
+    cell = make_cell(cfg, dataset, system, model, cot=cot, lookback=lookback, options=options, samples=samples)
+    return run_cell_spec(cfg, cell, progress=progress)
+
+
+def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,),
+             lookbacks=(None,), options: dict | None = None, samples_for=None,
+             keep_transcript: bool = False) -> pd.DataFrame:
+    """Run every cell of the grid; one row per prediction record (transcripts only when asked: they are big)."""
+    rows = []
+    for d in datasets or cfg.datasets:
+        for L in lookbacks:
+            samples = samples_for(d) if samples_for else None
+            for m in models or cfg.backbones:
+                for s in systems or cfg.systems:
+                    for c in cots:
+                        recs = run_cell(cfg, d, s, m, cot=c, lookback=L, options=options, samples=samples)
+                        drop = set() if keep_transcript else {"transcript"}
+                        rows.extend(r.model_dump(exclude=drop) | {"n_transcript": len(r.transcript),
+                                                                  "cell_key": (r.cell or {}).get("key")}
+                                    for r in recs)
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class GridResult:
+    """What a results notebook needs from a grid: records, per-cell summary, data source and model caption."""
+
+    records: pd.DataFrame
+    summary: pd.DataFrame
+    source: str  # "real" | "synthetic" | "mixed"
+    caption: str  # model names, CPU models labelled as such
+
+
+def grid_result(cfg: ExperimentConfig, *, by: list[str] | None = None, **grid_kw) -> GridResult:
+    """`run_grid` + `summarize` + the labels every table and figure carries."""
+    from balms.experiments.summaries import summarize
+    from balms.report import model_caption, source_label
+
+    recs = run_grid(cfg, **grid_kw)
+    summ = summarize(recs, by=by, cfg=cfg)
+    return GridResult(recs, summ, source_label(recs["source"]), model_caption(grid_kw.get("models") or cfg.backbones))
+
+
+def run_path_of(cfg: ExperimentConfig, rec: PredictionRecord) -> Path:
+    """The run file a record came from (its cell key names it)."""
+    spec = rec.cell or {}
+    safe = rec.model.replace("/", "_").replace(" ", "_")
+    name = f"{rec.system}__{safe}__{'cot' if rec.cot else 'zs'}__L{rec.lookback}__{spec.get('key')}.jsonl"
+    return cfg.runs_root() / rec.dataset / name

@@ -1,0 +1,96 @@
+"""The cell spec: a frozen, serialisable identity for one benchmark cell that names its run file, lives in every
+manifest and record, and changes whenever the code or data that compute the records change."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from balms.cellspec import CODE_PATHS, CellSpec, code_fingerprint
+from balms.data.schema import DataError
+from balms.paths import PROJECT_ROOT
+from balms.runner import load_records, manifest_path_for, run_samples
+from fake_servers import FakeBackend, TinyAgent, make_samples
+
+
+def _spec(**kw) -> CellSpec:
+    base = dict(dataset="pmdata", system="healthllm", model="m", model_id="m@1", cot=False, lookback=14,
+                options={"max_tokens": 16, "temperature": 0.0, "seed": 0}, sample_ids=("a", "b"),
+                data_fingerprint="d" * 16, code_fingerprint="c" * 16)
+    return CellSpec(**(base | kw))
+
+
+def test_key_is_stable_and_covers_every_field():
+    s = _spec()
+    assert s.key() == _spec().key() and len(s.key()) == 16
+    assert CellSpec.from_json(s.to_json()) == s
+    for change in [dict(code_fingerprint="e" * 16), dict(data_fingerprint="e" * 16), dict(sample_ids=("a",)),
+                   dict(options={"max_tokens": 32, "temperature": 0.0, "seed": 0}), dict(cot=True),
+                   dict(lookback=7), dict(model_id="m@2"), dict(prompt_style="corrected")]:
+        assert _spec(**change).key() != s.key(), change
+    assert s.run_name().startswith("healthllm__m__zs__L14__") and s.run_name().endswith(s.key())
+    assert s.decoding == {"max_tokens": 16, "temperature": 0.0, "seed": 0}
+    with pytest.raises(Exception):
+        CellSpec(**(s.model_dump() | {"typo": 1}))  # extra fields are refused
+
+
+def test_compact_form_replaces_ids_by_digest():
+    c = _spec().compact()
+    assert "sample_ids" not in c and c["n_samples"] == 2 and c["key"] == _spec().key()
+
+
+def test_code_fingerprint_follows_the_source(tmp_path):
+    root = tmp_path / "balms"
+    shutil.copytree(PROJECT_ROOT / "balms", root, ignore=shutil.ignore_patterns("__pycache__"))
+    before = code_fingerprint(CODE_PATHS, str(root))
+    assert before == code_fingerprint(CODE_PATHS, str(PROJECT_ROOT / "balms"))
+    (root / "agents" / "parsing.py").write_text((root / "agents" / "parsing.py").read_text() + "\n# changed\n")
+    code_fingerprint.cache_clear()
+    assert code_fingerprint(CODE_PATHS, str(root)) != before
+    (root / "metrics.py").write_text("# downstream of records: not part of the cell\n")
+    code_fingerprint.cache_clear()
+    (root / "agents" / "parsing.py").write_text((PROJECT_ROOT / "balms" / "agents" / "parsing.py").read_text())
+    assert code_fingerprint(CODE_PATHS, str(root)) == before
+
+
+def test_records_and_manifest_carry_the_spec_and_foreign_records_are_refused(tmp_path):
+    samples = make_samples(4)
+    spec = _spec(sample_ids=tuple(s.sample_id for s in samples))
+    out = tmp_path / "run.jsonl"
+    run_samples(TinyAgent(), FakeBackend(), samples, None, out, progress=False, spec=spec)
+    recs = load_records(out)
+    assert len(recs) == 4 and all(r.cell["key"] == spec.key() for r in recs)
+    man = json.loads(manifest_path_for(out).read_text())
+    assert man["cell"]["key"] == spec.key() and man["cell"]["sample_ids"] == list(spec.sample_ids)
+    assert isinstance(man["agent"]["options"], dict)  # options as data, not a method's repr
+    other = _spec(code_fingerprint="f" * 16, sample_ids=spec.sample_ids)
+    with pytest.raises(DataError, match="cell spec"):
+        run_samples(TinyAgent(), FakeBackend(), samples, None, out, progress=False, spec=other)
+
+
+def test_two_writers_on_one_cell_never_duplicate(tmp_path):
+    """make -j2 paper: two notebooks sharing a cell; the second waits on the lock, then finds everything done."""
+    samples = make_samples(6)
+    out = tmp_path / "run.jsonl"
+    errors = []
+
+    def go():
+        try:
+            run_samples(TinyAgent(), FakeBackend(latency=0.05), samples, None, out, progress=False)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    ids = [r.sample_id for r in load_records(out)]
+    assert sorted(ids) == sorted(s.sample_id for s in samples)  # each exactly once
