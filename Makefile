@@ -18,11 +18,14 @@ BALMS_RAW_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CUR
 export BALMS_RAW_DIR
 
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
-EXECUTED  := $(patsubst notebooks/%.py,notebooks/executed/$(PROFILE)/%.ipynb,$(NOTEBOOKS))
+EXEC_DIR  ?= notebooks/executed/$(PROFILE)
+EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
+RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser test test-fast test-slow test-notebooks data paper notebook report \
-        bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint
+        bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint export-responses \
+        replay-check FORCE
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -67,7 +70,7 @@ test-notebooks: ## Execute the notebooks in the smoke profile and check them wit
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all
 
-PARAMS_STAMP := notebooks/executed/$(PROFILE)/.params
+PARAMS_STAMP := $(EXEC_DIR)/.params
 $(PARAMS_STAMP): FORCE  # re-run the notebooks when P changes
 	@mkdir -p $(@D); echo "$$BALMS_P" | cmp -s - $@ || echo "$$BALMS_P" > $@
 FORCE:
@@ -75,16 +78,30 @@ FORCE:
 paper: $(EXECUTED) ## Run every notebook with papermill (PROFILE=demo by default), then index the artefacts
 	$(PY) -m balms.report index --profile $(PROFILE)
 
-notebooks/executed/$(PROFILE)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES) $(PARAMS_STAMP)
+$(EXEC_DIR)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES) $(PARAMS_STAMP)
 	@mkdir -p $(@D)
 	$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$*.py --set "$$BALMS_P" --out $@.params.yaml
 	$(VENV)/bin/jupytext --update --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
-	$(VENV)/bin/papermill -k balms --cwd notebooks -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@
+	BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
+	  $(VENV)/bin/papermill -k balms --cwd notebooks -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@
 
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
 	@test -n "$(NB)" || (echo "usage: make notebook NB=01_prediction" && exit 2)
 	rm -f notebooks/executed/$(PROFILE)/$(NB).ipynb
 	$(MAKE) --no-print-directory notebooks/executed/$(PROFILE)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)'
+
+RESPONSES := results/$(PROFILE)/responses.jsonl.gz
+export-responses: ## Write the responses this profile's tables used to results/<profile>/ (commit it with the tables)
+	$(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
+
+replay-check: ## A fresh cache + the committed responses regenerate the committed tables with zero model calls
+	@test -f $(RESPONSES) || (echo "no $(RESPONSES): run make paper then make export-responses" && exit 2)
+	rm -rf build/replay-$(PROFILE) && mkdir -p build/replay-$(PROFILE)
+	BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache $(PY) -m balms.cli bundle import-responses $(RESPONSES)
+	BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache BALMS_RUNS_DIR=$(CURDIR)/build/replay-$(PROFILE)/runs \
+	  BALMS_OUTPUT_DIR=$(CURDIR)/build/replay-$(PROFILE)/out \
+	  $(MAKE) --no-print-directory paper PROFILE=$(PROFILE) EXEC_DIR=build/replay-$(PROFILE)/executed P="-p cache_mode replay"
+	$(PY) -m balms.cli bundle compare --ours build/replay-$(PROFILE)/out/$(PROFILE)/tables --committed tables
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
 	$(PY) -m balms.report html --profile $(PROFILE) --out report

@@ -111,6 +111,17 @@ def _cluster_bootstrap(values: np.ndarray, clusters: np.ndarray, n_boot: int, se
     return float(lo), float(hi)
 
 
+def mean_ci(values, clusters, *, n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, 95% CI low, high) of any per-sample quantity (latency, tokens), resampling participants."""
+    v = np.asarray(values, dtype=float)
+    c = np.asarray(clusters).astype(str)
+    keep = ~np.isnan(v)
+    if not keep.any():
+        return math.nan, math.nan, math.nan
+    lo, hi = _cluster_bootstrap(v[keep], c[keep], n_boot, seed)
+    return float(v[keep].mean()), lo, hi
+
+
 def mae_ci(records, *, by: str = "user", n_boot: int = 2000, seed: int = 0, policy: Policy = "exclude",
            mean_prediction: float | None = None, scale: tuple[int, int] | None = None) -> dict:
     """MAE with a 95% participant-cluster bootstrap CI: {mae, ci_low, ci_high, n, n_clusters}.

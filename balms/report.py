@@ -203,3 +203,54 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
         g = sns.catplot(data=ok, x=x, y=y, hue=hue, col=col, kind=kind, height=3, **kw)
     g.figure.suptitle(title, y=1.06, fontsize=9)
     return g.figure
+
+
+def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hue: str, col: str | None = None,
+                  title: str = "", ylabel: str | None = None, refs: dict | None = None, log: bool = False,
+                  missing_label: str = "no parsed answer"):
+    """Bars of a summary table with ITS intervals (the participant-cluster bootstrap the tables report), one
+    panel per `col`. A cell without a value is drawn as an explicit mark, never a silently missing bar.
+    `refs` = {panel value: y} draws a dashed reference line per panel (e.g. the mean predictor)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    panels = list(dict.fromkeys(summary[col])) if col else [None]
+    xs = list(dict.fromkeys(summary[x]))
+    hues = list(dict.fromkeys(summary[hue]))
+    width = 0.8 / max(len(hues), 1)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 3.2), squeeze=False, sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, panel in zip(axes[0], panels):
+        sub = summary if panel is None else summary[summary[col] == panel]
+        for j, h in enumerate(hues):
+            for i, xv in enumerate(xs):
+                cell = sub[(sub[x] == xv) & (sub[hue] == h)]
+                if cell.empty:
+                    continue
+                pos = i - 0.4 + width * (j + 0.5)
+                val = float(cell[y].iloc[0])
+                if np.isnan(val):
+                    ax.plot(pos, 0, marker="x", color=colors[j % len(colors)], ms=8, mew=2)
+                    ax.annotate(missing_label, (pos, 0), rotation=90, fontsize=6, ha="center", va="bottom",
+                                xytext=(0, 6), textcoords="offset points")
+                    continue
+                err = None
+                l_, h_ = float(cell[lo].iloc[0]), float(cell[hi].iloc[0])
+                if not (np.isnan(l_) or np.isnan(h_)):
+                    err = [[max(val - l_, 0)], [max(h_ - val, 0)]]
+                ax.bar(pos, val, width, yerr=err, capsize=2, color=colors[j % len(colors)],
+                       label=str(h) if i == 0 or h not in ax.get_legend_handles_labels()[1] else None)
+        if refs and panel in refs and refs[panel] is not None and not np.isnan(refs[panel]):
+            ax.axhline(refs[panel], color="k", ls="--", lw=1, label="mean predictor")
+        ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, fontsize=7)
+        ax.set_title(str(panel) if panel is not None else "", fontsize=8)
+        if log:
+            ax.set_yscale("log")
+    axes[0][0].set_ylabel(ylabel or y)
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    axes[0][-1].legend(uniq.values(), uniq.keys(), fontsize=6)
+    fig.suptitle(title + "\n(error bars: 95% participant-bootstrap intervals of the tables; "
+                 "x = cell without a parsed answer)", fontsize=8)
+    fig.tight_layout()
+    return fig

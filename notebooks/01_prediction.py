@@ -33,9 +33,6 @@ raptor_summary_tokens = None
 raptor_memory = None
 
 # %%
-import matplotlib.pyplot as plt
-import seaborn as sns
-
 from balms import experiments as ex, report
 
 cfg = ex.from_notebook(globals())
@@ -63,13 +60,9 @@ report.save_table(summary, "prediction_zero_shot_cells", artefact="Table 3 (cell
 summary.round(3)
 
 # %%
-fig, ax = plt.subplots(figsize=(8, 4))
-sns.barplot(data=recs.dropna(subset=["prediction"]).assign(ae=lambda d: (d.prediction - d.label).abs()),
-            x="dataset", y="ae", hue="system", errorbar=("ci", 95), seed=cfg.seed, ax=ax)
-for i, r in enumerate(mean_pred.itertuples()):
-    ax.hlines(r.mae_raw_mean, i - 0.4, i + 0.4, colors="k", linestyles="--", label="mean predictor" if i == 0 else None)
-ax.set_ylabel("absolute error"); ax.legend(fontsize=7)
-ax.set_title(f"Zero-shot MAE, {models_caption}\n(data: {src}, n={cfg.n_samples or 'all'} per dataset)", fontsize=9)
+fig = report.interval_bars(summary, x="system", y="mae", lo="mae_ci_low", hi="mae_ci_high", hue="model", col="dataset",
+                          refs=dict(zip(mean_pred.dataset, mean_pred.mae_raw_mean)), ylabel="MAE",
+                          title=f"Zero-shot MAE, {models_caption}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
 report.save_figure(fig, "table3_zero_shot_mae", artefact="Table 3 (figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=cfg.backbones, n=len(recs))
 

@@ -51,11 +51,11 @@ lat.round(2)
 # ## Figure 6: latency per system, zero-shot vs CoT
 
 # %%
-g = sns.catplot(data=recs.assign(mode=recs.cot.map({False: "zero-shot", True: "CoT"})), x="system", y="latency_s",
-                hue="mode", col="dataset", kind="bar", errorbar=("ci", 95), seed=cfg.seed, height=3)
-g.set(yscale="log")
-g.figure.suptitle(f"Per-sample latency, {cap} on 2 CPU cores; data: {src}", y=1.05, fontsize=9)
-report.save_figure(g.figure, "fig6_latency_per_system", artefact="Figure 6", notebook=NB, source=src,
+fig = report.interval_bars(summary.assign(mode=summary.cot.map({False: "zero-shot", True: "CoT"})), x="system",
+                          y="mean_latency_s", lo="latency_ci_low", hi="latency_ci_high", hue="mode", col="dataset",
+                          log=True, ylabel="mean latency per sample (s)", missing_label="no record",
+                          title=f"Per-sample latency, {cap}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
+report.save_figure(fig, "fig6_latency_per_system", artefact="Figure 6", notebook=NB, source=src,
                    profile=cfg.profile, models=cfg.backbones, n=len(recs))
 
 # %% [markdown]

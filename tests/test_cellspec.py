@@ -94,3 +94,51 @@ def test_two_writers_on_one_cell_never_duplicate(tmp_path):
     assert not errors
     ids = [r.sample_id for r in load_records(out)]
     assert sorted(ids) == sorted(s.sample_id for s in samples)  # each exactly once
+
+
+_RUN = """
+import json
+from balms import experiments as ex
+from balms.experiments.grid import run_path_of
+
+cfg = ex.ExperimentConfig(profile="t", datasets=["pmdata"], n_samples=2, zs_max_tokens=8)
+recs = ex.run_cell(cfg, "pmdata", "healthllm", "smollm2-135m", progress=False)
+man = json.loads(run_path_of(cfg, recs[0]).with_suffix("").with_suffix(".manifest.json").read_text())
+print(json.dumps({"key": recs[0].cell["key"], "hits": man["sessions"][-1].get("cache_hits"),
+                  "misses": man["sessions"][-1].get("cache_misses"),
+                  "prompts": [next(s.content for s in r.transcript if s.kind == "prompt") for r in recs]}))
+"""
+
+
+@pytest.mark.slow
+def test_changed_code_reruns_the_cell_from_the_response_cache(tmp_path, real_data):
+    """Acceptance: after a library change a warm re-run gets a new cell (new run file) whose unchanged model
+    calls come from the response cache, and a prompt change reaches the records."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(PROJECT_ROOT / "balms", pkg / "balms", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(pkg),
+           "BALMS_CACHE_DIR": str(tmp_path / "cache"), "BALMS_RUNS_DIR": str(tmp_path / "runs"),
+           "BALMS_RAW_DIR": str(real_data), "HF_HUB_OFFLINE": "1"}
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, timeout=600,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run()
+    assert first["misses"] == 2 and first["hits"] == 0
+    assert run()["misses"] == 0  # unchanged code: same cell, records read back, no call at all
+    parsing = pkg / "balms" / "agents" / "parsing.py"
+    parsing.write_text(parsing.read_text() + "\n# a change that does not alter any prompt\n")
+    second = run()
+    assert second["key"] != first["key"]  # new cell, new run file ...
+    assert (second["hits"], second["misses"]) == (2, 0)  # ... computed from the response cache
+    assert second["prompts"] == first["prompts"]
+    prompts = pkg / "balms" / "agents" / "prompts.py"
+    prompts.write_text(prompts.read_text() + "\n\n_orig_healthllm_prompt = healthllm_prompt\n\n\n"
+                       "def healthllm_prompt(*args, **kwargs):\n"
+                       "    return _orig_healthllm_prompt(*args, **kwargs) + '\\nPROMPT-CHANGED'\n")
+    third = run()
+    assert third["key"] not in (first["key"], second["key"]) and third["misses"] == 2
+    assert all(p.endswith("PROMPT-CHANGED") for p in third["prompts"])

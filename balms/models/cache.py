@@ -4,12 +4,16 @@ resuming a crashed run never recomputes a model call, and a run can be replayed 
 Key = sha256 of (exact model id, messages, `GenParams.cache_key_fields()`): everything that determines the
 output, nothing of the transport (URLs, timeouts, concurrency). Errors are never stored.
 Modes: "rw" (read, compute misses, write), "replay" (a miss is an error naming the request), "off".
+
+Journal: with `BALMS_CACHE_JOURNAL=<file>` every key served (hit or computed) is appended to that file, so the
+exact subset of the cache a profile's tables used can be exported and replayed elsewhere (`balms bundle`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -109,6 +113,15 @@ class CachedBackend:
         self._stats_lock = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}
         self._inflight_lock = threading.Lock()
+        self._journal_lock = threading.Lock()
+
+    def _journal(self, key: str) -> None:
+        path = os.environ.get("BALMS_CACHE_JOURNAL")
+        if not path:
+            return
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with self._journal_lock, open(path, "a", encoding="utf-8") as fh:
+            fh.write(key + "\n")
 
     def stats(self) -> dict:
         with self._stats_lock:
@@ -131,6 +144,7 @@ class CachedBackend:
             self._count(False)
             return self._call(messages, params, timeout_s)
         key = cache_key(self.model_id, messages, params)
+        self._journal(key)
         hit = self.cache.get(key)
         if hit is None:
             with self._inflight_lock:
