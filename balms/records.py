@@ -20,15 +20,18 @@ class Step(BaseModel):
 
 
 class PredictionRecord(BaseModel):
+    """One prediction. Only `sample_id`, `system`, `model` and `model_id` are required, so a harness that
+    drives the runner with its own samples (anything with a `sample_id`) need not invent users or dates."""
+
     sample_id: str
-    dataset: str
-    user: str
-    target_date: str  # ISO date
-    lookback: int
-    label: int
-    source: str  # "real" | "synthetic"
+    dataset: str = ""
+    user: str = ""
+    target_date: str = ""  # ISO date
+    lookback: int = 0
+    label: int | None = None
+    source: str = "unknown"  # "real" | "synthetic"
     system: str  # "healthllm" | "rag" | "raptor" | "phia"
-    cot: bool
+    cot: bool = False
     model: str  # registry name, e.g. "qwen2.5-coder-1.5b" or "Qwen2.5-14B-Instruct"
     model_id: str  # exact model id
     options: dict[str, Any] = Field(default_factory=dict)  # e.g. {"executor": "faithful", "channels": "wearable"}
@@ -53,3 +56,21 @@ class PredictionRecord(BaseModel):
     def key(self) -> str:
         """Identity of the record inside a run (a run holds one system/model/options)."""
         return self.sample_id
+
+
+SAMPLE_FIELDS = ("dataset", "user", "target_date", "lookback", "label", "source")
+
+
+def sample_fields(sample: Any) -> dict[str, Any]:
+    """The record fields a sample provides, from any object with a `sample_id` (missing ones stay default)."""
+    out: dict[str, Any] = {"sample_id": str(sample.sample_id)}
+    for name in SAMPLE_FIELDS:
+        v = getattr(sample, name, None)
+        if v is None:
+            continue
+        if name == "target_date" and hasattr(v, "isoformat"):
+            v = v.isoformat()
+        elif name == "label":
+            v = int(v)
+        out[name] = v
+    return out

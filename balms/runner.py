@@ -41,7 +41,7 @@ from balms.models.base import BackendError
 from balms.models.pricing import estimate_cost
 from balms.models.retrying import RetryingBackend
 from balms.paths import PROJECT_ROOT
-from balms.records import PredictionRecord
+from balms.records import PredictionRecord, sample_fields
 
 PACKAGES = ("balms", "numpy", "pandas", "pydantic", "tenacity", "httpx", "openai", "anthropic",
             "llama_cpp_python", "vllm", "sentence-transformers", "torch", "scikit-learn")
@@ -261,9 +261,8 @@ def cell_lock(out_path: Path, *, progress: bool = True):
 
 def _error_record(agent, backend, sample, message: str) -> PredictionRecord:
     return PredictionRecord(
-        sample_id=sample.sample_id, dataset=sample.dataset, user=sample.user,
-        target_date=sample.target_date.isoformat(), lookback=sample.lookback, label=sample.label,
-        source=sample.source, system=getattr(agent, "name", type(agent).__name__), cot=bool(getattr(agent, "cot", False)),
+        **sample_fields(sample), system=getattr(agent, "name", type(agent).__name__),
+        cot=bool(getattr(agent, "cot", False)),
         model=getattr(backend, "name", backend.model_id), model_id=backend.model_id,
         options=_agent_options(agent), error=message, n_steps=0,
     )

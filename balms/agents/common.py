@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from balms.agents.parsing import ParsedAnswer, parse_answer
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, Completion, GenParams, Message
-from balms.records import PredictionRecord, Step
+from balms.records import PredictionRecord, Step, sample_fields
 
 DEVICES = ("wearable", "phone", "self_report")
 
@@ -173,13 +173,7 @@ def build_record(*, system: str, cot: bool, sample: Sample, tables: DatasetTable
                  rationale: str | None = None, error: str | None = None) -> PredictionRecord:
     """A complete record: label, prediction or parse_error, raw text, rationale, transcript, usage."""
     return PredictionRecord(
-        sample_id=sample.sample_id,
-        dataset=sample.dataset,
-        user=sample.user,
-        target_date=sample.target_date.isoformat(),
-        lookback=sample.lookback,
-        label=int(sample.label),
-        source=sample.source,
+        **sample_fields(sample),
         system=system,
         cot=cot,
         model=model_name(backend),
