@@ -7,6 +7,7 @@ import hashlib
 import json
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -223,7 +224,7 @@ def test_ensure_synthetic_regenerates_when_the_generator_source_changes(tmp_path
     from balms.data import synthetic_diversityone
 
     edited = tmp_path / "edited_writer.py"
-    edited.write_text(open(synthetic_diversityone.__file__).read() + "\n# tweak\n")
+    edited.write_text(Path(synthetic_diversityone.__file__).read_text() + "\n# tweak\n")
     monkeypatch.setattr(synthetic_diversityone, "__file__", str(edited))
     ensure_synthetic("diversityone")
     assert not sentinel.exists()
