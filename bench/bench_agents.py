@@ -70,9 +70,9 @@ def pick_targets(tables, n: int, seed: int):
 def summary_tokens(tables, samples, tok) -> float:
     """Mean tokens of a RAPTOR day-summary prompt over the window days of `samples`."""
     from balms.agents import prompts
-    from balms.agents.common import get_window, resolve_channels
-    from balms.agents.raptor import build_leaves, day_tables
     from balms.agents.rag import user_history
+    from balms.agents.raptor import build_leaves, day_tables
+    from balms.data.channels import get_window, resolve_channels
 
     counts = []
     for s in samples:

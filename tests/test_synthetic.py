@@ -7,6 +7,7 @@ import hashlib
 import json
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -184,7 +185,7 @@ def test_ensure_synthetic_generates_once_and_regenerates_on_seed_change(tmp_path
     p = ensure_synthetic("diversityone", seed=0)
     assert p == tmp_path / "diversityone"
     marker = json.loads((p / synthetic.MARKER).read_text())
-    assert marker["seed"] == 0 and marker["generator_version"] == synthetic.GENERATOR_VERSION
+    assert marker["seed"] == 0 and marker["fingerprint"] == synthetic.generator_fingerprint("diversityone", seed=0)
     first = _digest(p)
     stamp = (p / synthetic.MARKER).stat().st_mtime_ns
     assert ensure_synthetic("diversityone", seed=0) == p
@@ -192,6 +193,67 @@ def test_ensure_synthetic_generates_once_and_regenerates_on_seed_change(tmp_path
     ensure_synthetic("diversityone", seed=1)
     assert json.loads((p / synthetic.MARKER).read_text())["seed"] == 1 and _digest(p) != first
     assert not [q for q in tmp_path.iterdir() if q.name.startswith(".")]  # no temp folders left behind
+
+
+def _plant_sentinel(p):
+    """A file the generator never writes: it survives a reuse and disappears when the folder is replaced."""
+    (p / "sentinel.txt").write_text("reused")
+    return p / "sentinel.txt"
+
+
+def test_fingerprint_covers_writer_and_the_reader_constants_it_uses():
+    assert list(synthetic.generator_sources("pmdata")) == ["balms.data.synthetic", "balms.data.synthetic_pmdata"]
+    # the DiversityOne writer takes its file and column names from the reader module
+    assert {"balms.data.synthetic_diversityone", "balms.data.diversityone"} <= set(
+        synthetic.generator_sources("diversityone"))
+    fps = {synthetic.generator_fingerprint(ds) for ds in LOADERS}
+    assert len(fps) == 3 and synthetic.generator_fingerprint("pmdata", seed=1) not in fps
+    assert synthetic.generator_fingerprint("pmdata", n_users=3) != synthetic.generator_fingerprint("pmdata")
+    assert synthetic.generator_fingerprint("pmdata", n_users=synthetic.DEFAULT_SIZES["pmdata"][0]) == \
+        synthetic.generator_fingerprint("pmdata")
+
+
+def test_ensure_synthetic_regenerates_when_the_generator_source_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(synthetic, "synthetic_dir", lambda: tmp_path)
+    p = ensure_synthetic("diversityone")
+    sentinel = _plant_sentinel(p)
+    before = json.loads((p / synthetic.MARKER).read_text())["fingerprint"]
+    ensure_synthetic("diversityone")
+    assert sentinel.exists()  # unchanged generator: reused
+    # an edited writer (here: a copy with one more line) is a different generator
+    from balms.data import synthetic_diversityone
+
+    edited = tmp_path / "edited_writer.py"
+    edited.write_text(Path(synthetic_diversityone.__file__).read_text() + "\n# tweak\n")
+    monkeypatch.setattr(synthetic_diversityone, "__file__", str(edited))
+    ensure_synthetic("diversityone")
+    assert not sentinel.exists()
+    after = json.loads((p / synthetic.MARKER).read_text())["fingerprint"]
+    assert after != before and after == synthetic.generator_fingerprint("diversityone")
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["diversityone", "edited_writer.py"]  # no temp folders
+
+
+def test_ensure_synthetic_regenerates_when_a_parameter_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(synthetic, "synthetic_dir", lambda: tmp_path)
+    p = ensure_synthetic("diversityone")
+    sentinel = _plant_sentinel(p)
+    monkeypatch.setitem(synthetic.DEFAULT_SIZES, "diversityone", (5, 28))
+    ensure_synthetic("diversityone")
+    assert not sentinel.exists()
+    assert json.loads((p / synthetic.MARKER).read_text())["n_users"] == 5
+    assert load_diversityone(p, source="synthetic").daily.index.get_level_values("user").nunique() == 5
+
+
+def test_ensure_synthetic_regenerates_a_cohort_with_an_old_marker(tmp_path, monkeypatch):
+    """Cohorts written before fingerprints carried `generator_version: "1"`; they must not be reused."""
+    monkeypatch.setattr(synthetic, "synthetic_dir", lambda: tmp_path)
+    p = tmp_path / "diversityone"
+    p.mkdir()
+    (p / synthetic.MARKER).write_text(json.dumps({"dataset": "diversityone", "seed": 0, "generator_version": "1",
+                                                  "n_users": 12, "n_days": 28, "source": "synthetic"}))
+    sentinel = _plant_sentinel(p)
+    assert ensure_synthetic("diversityone") == p
+    assert not sentinel.exists() and "fingerprint" in json.loads((p / synthetic.MARKER).read_text())
 
 
 def test_load_dataset_falls_back_to_synthetic(tmp_path, monkeypatch):

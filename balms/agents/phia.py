@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from balms.agents import prompts
-from balms.agents.common import (Episode, build_record, channels_option, get_window, parse_for,
-                                 per_sample_seed, resolve_channels, select_subday_channels)
+from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
+from balms.data.channels import channels_option, get_window, resolve_channels, select_subday_channels
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
@@ -100,7 +100,7 @@ class PhiaAgent:
         return int(self.max_tokens) if self.max_tokens is not None else prompts.PHIA_STEP_MAX_TOKENS
 
     def options(self) -> dict:
-        opts = {"channels": channels_option(self.channels),
+        opts = {"channels": channels_option(self.effective_channels),
                 "context": self.context if isinstance(self.context, bool) else list(self.context),
                 "executor": self.executor, "max_iters": int(self.max_iters),
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
@@ -112,9 +112,14 @@ class PhiaAgent:
         opts["limits"] = dataclasses.asdict(lim) if dataclasses.is_dataclass(lim) else str(lim)
         return opts
 
+    @property
+    def effective_channels(self):
+        """PHIA's default is the user's full record: every daily channel (not the Health-LLM prompt set).
+        Recorded as such in the options, so the judge rebuilds the window PHIA saw."""
+        return "all" if self.channels is None else self.channels
+
     def _setup(self, sample: Sample, tables: DatasetTables):
-        # PHIA's default is the user's full record: every daily channel (not the Health-LLM prompt set).
-        chans = resolve_channels(tables, "all" if self.channels is None else self.channels)
+        chans = resolve_channels(tables, self.effective_channels)
         window = get_window(tables, sample, context=self.context, channels=chans)
         frames = user_frames(tables, window, chans)
         schema = None

@@ -32,11 +32,12 @@ import pandas as pd
 
 from balms import paths
 from balms.agents import prompts
-from balms.agents.common import Episode, select_subday_channels
+from balms.agents.common import Episode
 from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
 from balms.agents.rag import MEMORY_SCOPES, user_history
 from balms.data import render
+from balms.data.channels import select_subday_channels
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord

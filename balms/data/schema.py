@@ -91,6 +91,15 @@ class DatasetTables:
     # Full feature catalogue where a dataset has more features than daily columns (GLOBEM): one row
     # per raw column with cohort, column, file, sensor, feature, variant, segment, device.
     catalogue: pd.DataFrame | None = None
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def fingerprint(self) -> str:
+        """Content hash of these tables, 16 hex digits (`balms.data.fingerprint.tables_fingerprint`),
+        computed once. Tables are not modified after loading; derive changed ones with
+        `dataclasses.replace`, which starts with an empty cache."""
+        from balms.data.fingerprint import tables_fingerprint
+
+        return tables_fingerprint(self)
 
     def channel(self, name: str) -> Channel:
         for c in (*self.channels, *self.context_channels, *self.subday_channels):

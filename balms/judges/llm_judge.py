@@ -303,11 +303,11 @@ WindowSource = Callable[[Any], Any] | Mapping[str, Any]
 
 def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     """Rebuild the Window a record's agent saw: same sample (window ends the day before the target day
-    unless the record's options say `include_target_day`), and the agents' own channel and context
-    resolution (`balms.agents.common`), so the judge sees exactly the agent's window text."""
+    unless the record's options say `include_target_day`), and the channel and context resolution the
+    agents use (`balms.data.channels`), so the judge sees exactly the agent's window text."""
     import datetime as dt
 
-    from balms.agents.common import get_window, resolve_channels
+    from balms.data.channels import get_window, option_channels, resolve_channels
     from balms.data.samples import sample_from_row
 
     if rec.dataset not in tables_by_dataset:
@@ -318,8 +318,7 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     sample = sample_from_row({"dataset": rec.dataset, "user": rec.user, "target_date": target, "label": rec.label,
                               "lookback": rec.lookback, "window_end": end,
                               "window_start": end - dt.timedelta(days=rec.lookback - 1), "source": rec.source})
-    opt = rec.options.get("channels", "default")
-    chans = resolve_channels(t, None if opt in (None, "default") else opt)
+    chans = resolve_channels(t, option_channels(rec.options.get("channels")))
     return get_window(t, sample, context=rec.options.get("context", True), channels=chans)
 
 

@@ -1,0 +1,230 @@
+"""The package's imports follow the data flow and never form a cycle.
+
+raw -> tables -> samples -> agents -> records -> metrics -> tables/figures: a module may import its own
+layer or a lower one, never a higher one, so e.g. the judges rebuild an agent's window from the data
+layer instead of importing agents. Imports are read statically with `ast` (module level, inside
+functions, and under `if TYPE_CHECKING:`), so a lazy import cannot hide a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Layer of every module, lowest first. A key is a module or package name (it covers the package's modules)
+# or an fnmatch pattern (with "*"); a pattern beats a name, and among several matching patterns the highest
+# layer wins, so a package's own `cli.py` sits with the CLIs. `balms` (the package root) covers only itself.
+LAYERS: dict[str, int] = {
+    "balms": 0,
+    "balms.paths": 0,
+    "balms.records": 0,
+    "balms.cellspec": 0,
+    "balms.data": 1,
+    "balms.models": 2,
+    "balms.sandbox": 3,
+    "balms.agents": 4,
+    "balms.runner": 5,
+    "balms.judges": 6,
+    "balms.metrics": 6,
+    "balms.failures": 6,
+    "balms.experiments": 7,
+    "balms.report*": 7,
+    # command lines may import anything
+    "balms.cli": 8,
+    "balms.run_cli": 8,
+    "balms.*.cli": 8,
+    "balms.*_cli": 8,
+}
+# Lower-layer imports that still go against the data flow: whatever consumes records (judges, metrics,
+# failures) learns what an agent did from its PredictionRecord and rebuilds windows from balms.data, never
+# from the agents, their sandbox or the runner.
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "balms.judges": ("balms.sandbox", "balms.agents", "balms.runner"),
+    "balms.metrics": ("balms.sandbox", "balms.agents", "balms.runner"),
+    "balms.failures": ("balms.sandbox", "balms.agents", "balms.runner"),
+}
+ROOT = "balms"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent / ROOT
+
+
+@dataclass(frozen=True)
+class Edge:
+    importer: str
+    imported: str
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.importer} imports {self.imported}"
+
+
+def modules_of(pkg_dir: Path, root: str = ROOT) -> dict[str, Path]:
+    """Dotted module name -> source file, for every .py under the package."""
+    out = {}
+    for f in sorted(pkg_dir.rglob("*.py")):
+        parts = list(f.relative_to(pkg_dir).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join([root, *parts])] = f
+    return out
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path], rel: str, root: str = ROOT) -> list[Edge]:
+    """Every import of a package module in `path` (shown as `rel`), resolved to the module it loads."""
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    edges = []
+
+    def add(target: str, node: ast.AST) -> None:
+        edge = Edge(name, target, rel, node.lineno)
+        if (target == root or target.startswith(root + ".")) and target != name and edge not in edges:
+            edges.append(edge)
+
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                add(a.name, node)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                add(sub if sub in modules else base, node)  # `from balms.data import render` loads render
+    return edges
+
+
+def layer_of(module: str) -> tuple[str, int] | None:
+    """(matching key, layer) of a module, None when LAYERS does not place it."""
+    patterns = [(k, v) for k, v in LAYERS.items() if "*" in k and fnmatch.fnmatchcase(module, k)]
+    if patterns:
+        return max(patterns, key=lambda kv: kv[1])
+    names = [(k, v) for k, v in LAYERS.items() if "*" not in k and
+             (module == k or (k != ROOT and module.startswith(k + ".")))]
+    return max(names, key=lambda kv: len(kv[0])) if names else None
+
+
+def all_edges(pkg_dir: Path = PACKAGE_DIR, root: str = ROOT) -> tuple[dict[str, Path], list[Edge]]:
+    modules = modules_of(pkg_dir, root)
+    return modules, [e for m, p in modules.items()
+                     for e in imports_of(m, p, modules, p.relative_to(pkg_dir.parent).as_posix(), root)]
+
+
+def _within(module: str, key: str) -> bool:
+    return module == key or module.startswith(key + ".")
+
+
+def layer_violations(edges: list[Edge]) -> list[str]:
+    """Imports of a higher layer, and the FORBIDDEN lower ones, one line each."""
+    out = []
+    for e in edges:
+        src, dst = layer_of(e.importer), layer_of(e.imported)
+        if src and dst and dst[1] > src[1]:
+            out.append(f"{e}  ({src[0]} is layer {src[1]}, {dst[0]} is layer {dst[1]})")
+        for consumer, banned in FORBIDDEN.items():
+            hit = next((b for b in banned if _within(e.imported, b)), None)
+            if _within(e.importer, consumer) and hit:
+                out.append(f"{e}  ({consumer} may not import {hit})")
+    return out
+
+
+def cycles(edges: list[Edge]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each as the edges inside it."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        graph.setdefault(e.importer, set()).add(e.imported)
+        graph.setdefault(e.imported, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    comps: list[set[str]] = []
+
+    def visit(v: str) -> None:  # recursion depth is bounded by the module count (~100)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [sorted(str(e) for e in edges if e.importer in c and e.imported in c) for c in comps]
+
+
+# ------------------------------------------------------------------------------------------- tests
+def test_every_module_has_a_layer():
+    modules, _ = all_edges()
+    assert len(modules) > 20, f"no package found at {PACKAGE_DIR}"
+    missing = [m for m in modules if layer_of(m) is None]
+    assert not missing, f"modules without a layer (add them to LAYERS in {__file__}): {missing}"
+
+
+def test_imports_follow_the_data_flow():
+    _, edges = all_edges()
+    bad = layer_violations(edges)
+    assert not bad, f"{len(bad)} import(s) against the data flow:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    _, edges = all_edges()
+    found = cycles(edges)
+    assert not found, f"{len(found)} import cycle(s):\n" + "\n\n".join("\n".join(c) for c in found)
+
+
+def test_the_checker_finds_planted_violations_and_cycles(tmp_path):
+    """The checks above can fail: a planted upward (relative) import, a forbidden function-level import
+    and the cycle they close."""
+    pkg = tmp_path / ROOT
+    files = {
+        "__init__.py": "",
+        "paths.py": "",
+        "data/__init__.py": "",
+        "data/render.py": "from balms.paths import x\n",
+        "data/cli.py": "from balms.experiments import run\n",  # a CLI: allowed
+        "judges/__init__.py": "",
+        "judges/grade.py": "def f():\n    from balms.agents.common import get_window\n",  # lower, but FORBIDDEN
+        "agents/__init__.py": "",
+        "agents/common.py": "from ..runner import go\n",  # agents (4) -> runner (5): upward
+        "runner.py": "import balms.agents.common\n",  # closes a cycle with agents.common
+        "experiments.py": "from balms.data import render\n",
+    }
+    for rel, text in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    _, edges = all_edges(pkg)
+    assert "balms.data.render" in {e.imported for e in edges if e.importer == "balms.experiments"}
+    assert layer_of("balms.data.cli") == ("balms.*.cli", 8) and layer_of("balms.report_html") == ("balms.report*", 7)
+    assert layer_of("balms") == ("balms", 0) and layer_of("balms.unplaced") is None
+    bad = layer_violations(edges)
+    assert bad == [("balms/agents/common.py:1: balms.agents.common imports balms.runner  "
+                    "(balms.agents is layer 4, balms.runner is layer 5)"),
+                   ("balms/judges/grade.py:2: balms.judges.grade imports balms.agents.common  "
+                    "(balms.judges may not import balms.agents)")]
+    assert cycles(edges) == [["balms/agents/common.py:1: balms.agents.common imports balms.runner",
+                              "balms/runner.py:1: balms.runner imports balms.agents.common"]]
+
+
+if __name__ == "__main__":  # print the report without pytest's truncation
+    _, es = all_edges()
+    print("\n".join(layer_violations(es)) or "no layer violations")
+    print("\n\n".join("\n".join(c) for c in cycles(es)) or "no cycles")
+    pytest.main([__file__, "-q"])
