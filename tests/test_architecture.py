@@ -32,6 +32,8 @@ LAYERS: dict[str, int] = {
     "balms.metrics": 6,
     "balms.failures": 6,
     "balms.experiments": 7,
+    "balms.experiments.config": 7,
+    "balms.bundle": 7,
     "balms.report*": 7,
     # command lines may import anything
     "balms.cli": 8,

@@ -40,9 +40,7 @@ class Cohort:
     @property
     def fingerprint(self) -> str:
         """Content hash of the tables the prompts read (a changed dataset re-runs its cells)."""
-        from balms.data.fingerprint import tables_fingerprint
-
-        return tables_fingerprint(self.tables)
+        return self.tables.fingerprint()
 
     def eval_samples(self, n: int, seed: int) -> list[Sample]:
         """n seeded test samples (0 = all), sorted by user and date, identical for every system/backbone."""
