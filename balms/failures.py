@@ -113,7 +113,8 @@ def magic_thresholds(code: str, printed: set[float] | None = None) -> list[str]:
     for name in computed:
         const_names.pop(name, None)
 
-    def lit(o):
+    def resolve_literal(o):
+        """The literal behind an operand (itself, or the value of a name bound to a bare literal), else None."""
         if _is_num(o):
             return o
         if isinstance(o, ast.Name) and o.id in const_names:
@@ -124,7 +125,7 @@ def magic_thresholds(code: str, printed: set[float] | None = None) -> list[str]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
-        operands = [lit(o) or o for o in (node.left, *node.comparators)]
+        operands = [resolve_literal(o) or o for o in (node.left, *node.comparators)]
         if not any(isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq)) for op in node.ops):
             continue
         lits = [o for o in operands if _is_num(o)]
@@ -134,8 +135,8 @@ def magic_thresholds(code: str, printed: set[float] | None = None) -> list[str]:
         other_src = " ".join(ast.unparse(o) for o in others)
         if {w.lower() for w in re.findall(r"[A-Za-z_]+", other_src)} & _TIME_WORDS:
             continue  # time/size fields: hours, day numbers, len(...), loop counters
-        for lit in lits:
-            v = _num_value(lit)
+        for literal in lits:
+            v = _num_value(literal)
             if v in _TRIVIAL or v in printed or round(v, 2) in printed:
                 continue
             events.append(ast.unparse(node))
