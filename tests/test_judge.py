@@ -341,3 +341,47 @@ def test_backend_refusing_the_schema_falls_back_to_free_text():
     res = judge_rationale(be, **KW)
     assert res.status == "scored" and res.tier2 == T2 and "schema not supported" in res.meta["schema_refused"]
     assert be.calls[0][1].json_schema is not None and be.calls[1][1].json_schema is None
+
+
+# ---------------------------------------------------------------- retries: exactly one layer
+
+
+def test_remote_judge_from_registry_retries_in_one_layer(isolated_cache):
+    """get_backend puts a retry layer under the cache of a remote model; the judge must not add its own on
+    top (3 judge tries x 3 backend tries = 9 requests to a server that keeps failing)."""
+    from balms.models.registry import get_backend
+    from fake_servers import FakeOpenAIServer
+
+    with FakeOpenAIServer(faults=["500"] * 20) as srv:
+        be = get_backend("Qwen2.5-7B-Instruct", base_urls=[srv.url], retries=2, cache_mode="off")
+        res = judge_rationale(be, **KW)
+        assert len(srv.requests) == 3  # the backend's own 1 + 2 retries, nothing more
+    assert res.status == "unscored" and res.unscored_code == "backend_error"
+    assert "gave up after 3 attempts" in res.unscored_reason
+
+
+def test_judge_records_shares_the_backends_retry_layer(isolated_cache):
+    from balms.models.registry import get_backend
+    from fake_servers import FakeOpenAIServer
+
+    recs = [PredictionRecord(sample_id=f"pmdata/p01/2020-01-1{i}/L14", dataset="pmdata", user="p01",
+                             target_date=f"2020-01-1{i}", lookback=14, label=3, source="real", system="cot",
+                             cot=True, model="fake", model_id="fake", rationale="Steps fell.", prediction=4)
+            for i in (1, 2)]
+    with FakeOpenAIServer(faults=["503"] * 20) as srv:
+        be = get_backend("Qwen2.5-7B-Instruct", base_urls=[srv.url], retries=1, cache_mode="off")
+        res = judge_records(recs, {r.sample_id: "window text" for r in recs}, be)
+        assert len(srv.requests) == 4  # 2 records x (1 + 1 retry)
+    assert [r.unscored_code for r in res] == ["backend_error"] * 2
+
+
+def test_bare_backend_gets_the_judges_own_retries():
+    """A backend without a retry layer (an in-process fake here) is still retried on transient errors."""
+    from fake_servers import FakeBackend
+
+    be = FakeBackend(errors=[BackendError("overloaded", transient=True)] * 10)
+    res = judge_rationale(be, **KW)
+    assert be.calls == 3 and res.unscored_code == "backend_error"
+    be = FakeBackend(errors=[BackendError("overloaded", transient=True)] * 2)  # then a (non-JSON) answer
+    res = judge_rationale(be, **KW)
+    assert be.calls == 4 and res.unscored_code == "invalid_output"  # 3 tries, then the repair call
