@@ -16,31 +16,9 @@ from typing import Iterable
 import pandas as pd
 
 from balms import paths
+from balms.paths import index_path, output_dirs  # the index helpers live in paths: report_html uses them too
 
 INDEX_COLUMNS = ["artefact", "path", "notebook", "source", "profile", "models", "n", "caption"]
-SMOKE_PROFILES = {"smoke"}
-
-
-def output_dirs(profile: str) -> tuple[Path, Path]:
-    """demo/paper write the committed `tables/` and `figures/`; the smoke profile (CI) writes to build/.
-    `BALMS_OUTPUT_DIR` redirects everything (tests use it)."""
-    import os
-
-    if os.environ.get("BALMS_OUTPUT_DIR"):
-        root = Path(os.environ["BALMS_OUTPUT_DIR"]) / profile
-        t, f = root / "tables", root / "figures"
-    elif profile in SMOKE_PROFILES:
-        root = paths.PROJECT_ROOT / "build" / profile
-        t, f = root / "tables", root / "figures"
-    else:
-        t, f = paths.TABLES_DIR, paths.FIGURES_DIR
-    t.mkdir(parents=True, exist_ok=True)
-    f.mkdir(parents=True, exist_ok=True)
-    return t, f
-
-
-def index_path(profile: str) -> Path:
-    return output_dirs(profile)[0] / "index.csv"
 
 
 def source_label(sources: Iterable[str]) -> str:
@@ -164,15 +142,15 @@ def main(argv: list[str] | None = None) -> int:
             print(idx[["artefact", "path", "notebook", "source"]].to_string(index=False))
             print(f"{len(idx)} artefacts, all present ({index_path(a.profile)})")
         return 0
-    from balms.report_html import build_report
+    from balms.report_html import ReportDirError, build_report
 
-    out = build_report(a.profile, Path(a.out))
+    try:
+        out = build_report(a.profile, Path(a.out))
+    except ReportDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"report written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = None, col: str | None = None,
@@ -196,3 +174,7 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
         g = sns.catplot(data=ok, x=x, y=y, hue=hue, col=col, kind=kind, height=3, **kw)
     g.figure.suptitle(title, y=1.06, fontsize=9)
     return g.figure
+
+
+if __name__ == "__main__":
+    sys.exit(main())
