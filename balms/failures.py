@@ -43,7 +43,7 @@ _GROUPERS = {"groupby", "resample", "pivot_table", "pivot", "rolling", "unstack"
 def _steps(record) -> list[Step]:
     if isinstance(record, PredictionRecord):
         return record.transcript
-    tr = record["transcript"] if isinstance(record, dict) else getattr(record, "transcript")
+    tr = record["transcript"] if isinstance(record, dict) else record.transcript
     return [s if isinstance(s, Step) else Step.model_validate(s) for s in (tr or [])]
 
 
@@ -181,7 +181,8 @@ def schema_blind_aggregations(code: str, subday_frames: Iterable[str] = SUBDAY_F
         target = None
         if (isinstance(node.func, ast.Name) and node.func.id in _AGG_FUNCS) or \
                 (isinstance(node.func, ast.Attribute) and node.func.attr in _AGG_FUNCS
-                 and isinstance(node.func.value, ast.Name) and node.func.value.id in ("np", "numpy", "math", "statistics")):
+                 and isinstance(node.func.value, ast.Name)
+                 and node.func.value.id in ("np", "numpy", "math", "statistics")):
             target = node.args[0] if node.args else None  # np.mean(x), sum(x)
         elif isinstance(node.func, ast.Attribute) and node.func.attr in _AGG_METHODS:
             target = node.func.value  # x.mean()
@@ -201,11 +202,9 @@ def classify_trace(record, *, subday_frames: Iterable[str] = SUBDAY_FRAMES) -> d
     out.update(n_code_blocks=0, n_unparseable_blocks=0, name_errors=0)
     earlier_assigned: set[str] = set()
     observations: list[str] = []
-    last_code: str | None = None
     last_tree = None
     for st in steps:
         if st.kind == "code":
-            last_code = st.content
             last_tree = _parse(st.content)
             out["n_code_blocks"] += 1
             if last_tree is None:
@@ -226,7 +225,7 @@ def classify_trace(record, *, subday_frames: Iterable[str] = SUBDAY_FRAMES) -> d
             observations.append(st.content)
             if last_tree is not None:  # names of this block exist for later blocks only once it ran
                 earlier_assigned |= assigned_names(last_tree)
-            last_code, last_tree = None, None
+            last_tree = None
         elif st.kind == "forced_finish":
             out["F3"] = 1
     if last_tree is not None:
@@ -272,7 +271,7 @@ def taxonomy_table(records, by: Iterable[str] = ("dataset", "model", "executor")
     rows = []
     for key, g in tt.groupby(by, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        row = dict(zip(by, key)) | {"n_windows": len(g), "n_code_blocks": int(g["n_code_blocks"].sum()),
+        row = dict(zip(by, key, strict=True)) | {"n_windows": len(g), "n_code_blocks": int(g["n_code_blocks"].sum()),
                                      "n_unparseable_blocks": int(g["n_unparseable_blocks"].sum())}
         for f in FAILURES:
             row[f"{f}_events"] = int(g[f].sum())

@@ -224,7 +224,8 @@ def _error_record(agent, backend, sample, message: str) -> PredictionRecord:
     return PredictionRecord(
         sample_id=sample.sample_id, dataset=sample.dataset, user=sample.user,
         target_date=sample.target_date.isoformat(), lookback=sample.lookback, label=sample.label,
-        source=sample.source, system=getattr(agent, "name", type(agent).__name__), cot=bool(getattr(agent, "cot", False)),
+        source=sample.source, system=getattr(agent, "name", type(agent).__name__),
+        cot=bool(getattr(agent, "cot", False)),
         model=getattr(backend, "name", backend.model_id), model_id=backend.model_id,
         options=dict(getattr(agent, "options", {}) or {}), error=message, n_steps=0,
     )

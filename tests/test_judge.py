@@ -9,8 +9,14 @@ from importlib import resources
 
 import pytest
 
-from balms.judges.llm_judge import (JudgeResult, aggregate_judgements, extract_json, judge_rationale,
-                                    judge_records, judgement_table)
+from balms.judges.llm_judge import (
+    JudgeResult,
+    aggregate_judgements,
+    extract_json,
+    judge_rationale,
+    judge_records,
+    judgement_table,
+)
 from balms.judges.rubric import DIMENSIONS, TIER1, TIER2, build_messages, judge_json_schema
 from balms.models.base import BackendError, Completion
 from balms.records import PredictionRecord
@@ -120,7 +126,8 @@ def test_repair_retry_fixes_a_bad_score():
 @pytest.mark.parametrize("bad,reason", [
     ("I think the rationale is fine, overall 4/5.", "no JSON object found"),
     ("{this is: not json at all", "no parseable JSON object"),
-    (json.dumps(verdict(c2_slicing={"score": 2, "justification": "x"})), "c2_slicing: Tier-1 score 2 is not 0, 1 or null"),
+    (json.dumps(verdict(c2_slicing={"score": 2, "justification": "x"})),
+     "c2_slicing: Tier-1 score 2 is not 0, 1 or null"),
     (json.dumps(verdict(clarity={"score": 0, "justification": "x"})), "clarity: Tier-2 score 0 is outside 1-5"),
     (json.dumps(verdict(safety={"score": 3.5, "justification": "x"})), "safety: score 3.5 is not an integer"),
     (json.dumps(verdict(safety={"score": "high", "justification": "x"})), "safety: score 'high' is not an integer"),
@@ -250,11 +257,13 @@ def test_judge_records_with_text_and_window_sources():
                            prediction=2, rationale="Steps fell to 920 on day 3.")
     be = FakeJudge([json.dumps(verdict())] * 2)
     out = judge_records([rec], {rec.sample_id: "WINDOW TEXT"}, be)
-    assert out[0].status == "scored" and out[0].meta["system"] == "healthllm" and out[0].meta["sample_id"] == rec.sample_id
+    assert out[0].status == "scored" and out[0].meta["system"] == "healthllm"
+    assert out[0].meta["sample_id"] == rec.sample_id
     assert "WINDOW TEXT" in be.calls[0][0][1].content and "an integer from 0 to 3" in be.calls[0][0][1].content
     s = Sample("globem", "u1", dt.date(2018, 5, 2), 0, 3, dt.date(2018, 4, 29), dt.date(2018, 5, 1))
-    w = Window(s, Target("anx", "anxiety", 0, 3), pd.DataFrame({"steps": [1.0, 2.0, 920.0]},
-               index=pd.date_range("2018-04-29", periods=3)), [Channel("steps", "Steps", "steps", "wearable", decimals=0)])
+    w = Window(s, Target("anx", "anxiety", 0, 3),
+               pd.DataFrame({"steps": [1.0, 2.0, 920.0]}, index=pd.date_range("2018-04-29", periods=3)),
+               [Channel("steps", "Steps", "steps", "wearable", decimals=0)])
     judge_records([rec], lambda r: w, be)
     assert "- Steps (steps): [1, 2, 920]" in be.calls[1][0][1].content  # the canonical render_window text
     with pytest.raises(KeyError, match="no window"):

@@ -155,7 +155,8 @@ def test_report_refuses_a_non_empty_folder_it_did_not_create(outdir):
     (mine / "chapter1.tex").write_text("precious")
     with pytest.raises(ReportDirError, match=r"thesis.*non-empty folder.*\.balms-report"):
         build_report("demo", mine)
-    assert (mine / "chapter1.tex").read_text() == "precious" and sorted(p.name for p in mine.iterdir()) == ["chapter1.tex"]
+    assert (mine / "chapter1.tex").read_text() == "precious"
+    assert sorted(p.name for p in mine.iterdir()) == ["chapter1.tex"]
     assert report.main(["html", "--profile", "demo", "--out", str(mine)]) == 2  # the CLI says so, exit code 2
     assert (mine / "chapter1.tex").exists()
     a_file = outdir / "notes.txt"

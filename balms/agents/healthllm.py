@@ -9,8 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from balms.agents import prompts
-from balms.agents.common import (Episode, build_record, channels_option, get_window, parse_for,
-                                 per_sample_seed, resolve_channels)
+from balms.agents.common import (
+    Episode,
+    build_record,
+    channels_option,
+    get_window,
+    parse_for,
+    per_sample_seed,
+    resolve_channels,
+)
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams
 from balms.records import PredictionRecord

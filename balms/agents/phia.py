@@ -25,8 +25,16 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from balms.agents import prompts
-from balms.agents.common import (Episode, build_record, channels_option, get_window, parse_for,
-                                 per_sample_seed, resolve_channels, select_subday_channels)
+from balms.agents.common import (
+    Episode,
+    build_record,
+    channels_option,
+    get_window,
+    parse_for,
+    per_sample_seed,
+    resolve_channels,
+    select_subday_channels,
+)
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord

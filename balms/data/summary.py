@@ -99,8 +99,8 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
 def write_all(datasets=paths.DATASETS, raw_root: Path | None = None) -> pd.DataFrame:
     rows = []
     for name in datasets:
-        summ, samples = dataset_summary(name, None if raw_root is None else Path(raw_root) / name, return_samples=True) \
-            if raw_root and (Path(raw_root) / name).is_dir() else dataset_summary(name, return_samples=True)
+        raw = Path(raw_root) / name if raw_root and (Path(raw_root) / name).is_dir() else None
+        summ, samples = dataset_summary(name, raw, return_samples=True)
         out = paths.processed_dir() / name
         out.mkdir(parents=True, exist_ok=True)
         samples.to_frame().to_parquet(out / "samples.parquet", index=False)

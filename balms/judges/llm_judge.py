@@ -416,7 +416,8 @@ def aggregate_judgements(results: Iterable[JudgeResult]) -> dict:
     }
 
 
-def judgement_table(results: Iterable[JudgeResult], by: tuple[str, ...] = ("dataset", "system", "model")) -> pd.DataFrame:
+def judgement_table(results: Iterable[JudgeResult],
+                    by: tuple[str, ...] = ("dataset", "system", "model")) -> pd.DataFrame:
     """One row per group of `result.meta[by]`: counts, Tier-1 rates, headline, Tier-2 means."""
     results = list(results)
     groups: dict[tuple, list[JudgeResult]] = {}
@@ -425,7 +426,7 @@ def judgement_table(results: Iterable[JudgeResult], by: tuple[str, ...] = ("data
     rows = []
     for key, rs in groups.items():
         agg = aggregate_judgements(rs)
-        row = dict(zip(by, key))
+        row = dict(zip(by, key, strict=True))
         row.update(n=agg["n"], n_scored=agg["n_scored"], n_unscored=agg["n_unscored"])
         for d, r in agg["tier1"].iterrows():
             row[f"{d}_invocation"] = r["invocation_rate"]
