@@ -11,11 +11,11 @@ import shutil
 import site
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -49,7 +49,8 @@ def test_license_syntax_matches_the_required_setuptools():
 
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
+    assert p.returncode == 0, (f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n"
+                               f"{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
     return p
 
 
@@ -103,3 +104,9 @@ def test_wheel_installed_non_editable_summarises_pmdata_and_rebuilds_table5(tmp_
     # 4. the HTML report renders from the packaged templates
     _run([vpy, "-m", "balms.report", "html", "--profile", "demo", "--out", tmp_path / "report"], **run)
     assert "Tables and figures" in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_every_test_has_a_timeout(pytestconfig):
+    """pytest-timeout is configured globally (pyproject), so a hung server or worker fails one test, not CI."""
+    assert float(pytestconfig.getini("timeout") or 0) > 0, "pyproject.toml [tool.pytest.ini_options]: no `timeout`"
+    assert pytestconfig.getini("timeout_method") == "signal"
