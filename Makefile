@@ -55,6 +55,9 @@ install-browser: ## Headless Chromium for the report test (Debian package; needs
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) && echo "chromium installed"; \
 	else echo "chromium not installed (not root): the report-rendering test will be skipped"; fi
 
+lint: ## ruff check (rules in pyproject.toml [tool.ruff])
+	$(PY) -m ruff check balms tests bench
+
 test: test-fast test-slow test-notebooks ## The README's test command: unit, real-model and notebook tests
 
 test-fast: ## Fast tests (no model, no server)

@@ -74,7 +74,7 @@ def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None) 
             cols = [r[1] for r in con.execute("PRAGMA table_info(summaries)")]
             for row in con.execute(f"SELECT {', '.join(cols)} FROM summaries ORDER BY dataset, user, day, "
                                    "model_id, leaves_sha"):
-                rec = dict(zip(cols, row))
+                rec = dict(zip(cols, row, strict=True))
                 if rec["model_id"] in model_ids:
                     lines.append(json.dumps({"table": "raptor_summaries", "row": rec}, sort_keys=True,
                                             ensure_ascii=False))

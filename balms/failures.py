@@ -43,7 +43,7 @@ _GROUPERS = {"groupby", "resample", "pivot_table", "pivot", "rolling", "unstack"
 def _steps(record) -> list[Step]:
     if isinstance(record, PredictionRecord):
         return record.transcript
-    tr = record["transcript"] if isinstance(record, dict) else getattr(record, "transcript")
+    tr = record["transcript"] if isinstance(record, dict) else record.transcript
     return [s if isinstance(s, Step) else Step.model_validate(s) for s in (tr or [])]
 
 
@@ -113,7 +113,8 @@ def magic_thresholds(code: str, printed: set[float] | None = None) -> list[str]:
     for name in computed:
         const_names.pop(name, None)
 
-    def lit(o):
+    def resolve_literal(o):
+        """The literal behind an operand (itself, or the value of a name bound to a bare literal), else None."""
         if _is_num(o):
             return o
         if isinstance(o, ast.Name) and o.id in const_names:
@@ -124,7 +125,7 @@ def magic_thresholds(code: str, printed: set[float] | None = None) -> list[str]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
-        operands = [lit(o) or o for o in (node.left, *node.comparators)]
+        operands = [resolve_literal(o) or o for o in (node.left, *node.comparators)]
         if not any(isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq)) for op in node.ops):
             continue
         lits = [o for o in operands if _is_num(o)]
@@ -134,8 +135,8 @@ def magic_thresholds(code: str, printed: set[float] | None = None) -> list[str]:
         other_src = " ".join(ast.unparse(o) for o in others)
         if {w.lower() for w in re.findall(r"[A-Za-z_]+", other_src)} & _TIME_WORDS:
             continue  # time/size fields: hours, day numbers, len(...), loop counters
-        for lit in lits:
-            v = _num_value(lit)
+        for literal in lits:
+            v = _num_value(literal)
             if v in _TRIVIAL or v in printed or round(v, 2) in printed:
                 continue
             events.append(ast.unparse(node))
@@ -180,7 +181,8 @@ def schema_blind_aggregations(code: str, subday_frames: Iterable[str] = SUBDAY_F
         target = None
         if (isinstance(node.func, ast.Name) and node.func.id in _AGG_FUNCS) or \
                 (isinstance(node.func, ast.Attribute) and node.func.attr in _AGG_FUNCS
-                 and isinstance(node.func.value, ast.Name) and node.func.value.id in ("np", "numpy", "math", "statistics")):
+                 and isinstance(node.func.value, ast.Name)
+                 and node.func.value.id in ("np", "numpy", "math", "statistics")):
             target = node.args[0] if node.args else None  # np.mean(x), sum(x)
         elif isinstance(node.func, ast.Attribute) and node.func.attr in _AGG_METHODS:
             target = node.func.value  # x.mean()
@@ -200,11 +202,9 @@ def classify_trace(record, *, subday_frames: Iterable[str] = SUBDAY_FRAMES) -> d
     out.update(n_code_blocks=0, n_unparseable_blocks=0, name_errors=0)
     earlier_assigned: set[str] = set()
     observations: list[str] = []
-    last_code: str | None = None
     last_tree = None
     for st in steps:
         if st.kind == "code":
-            last_code = st.content
             last_tree = _parse(st.content)
             out["n_code_blocks"] += 1
             if last_tree is None:
@@ -225,7 +225,7 @@ def classify_trace(record, *, subday_frames: Iterable[str] = SUBDAY_FRAMES) -> d
             observations.append(st.content)
             if last_tree is not None:  # names of this block exist for later blocks only once it ran
                 earlier_assigned |= assigned_names(last_tree)
-            last_code, last_tree = None, None
+            last_tree = None
         elif st.kind == "forced_finish":
             out["F3"] = 1
     if last_tree is not None:
@@ -271,7 +271,7 @@ def taxonomy_table(records, by: Iterable[str] = ("dataset", "model", "executor")
     rows = []
     for key, g in tt.groupby(by, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        row = dict(zip(by, key)) | {"n_windows": len(g), "n_code_blocks": int(g["n_code_blocks"].sum()),
+        row = dict(zip(by, key, strict=True)) | {"n_windows": len(g), "n_code_blocks": int(g["n_code_blocks"].sum()),
                                      "n_unparseable_blocks": int(g["n_unparseable_blocks"].sum())}
         for f in FAILURES:
             row[f"{f}_events"] = int(g[f].sum())

@@ -202,7 +202,8 @@ def confusion(records, *, scale: tuple[int, int] | None = None) -> pd.DataFrame:
     df = records_frame(records)
     pred = _pred_labels(df)
     labels = set(df["label"].astype(int))
-    if scale is None and "dataset" in df.columns and df["dataset"].nunique() == 1 and df["dataset"].iloc[0] in DATASET_SCALES:
+    if scale is None and "dataset" in df.columns and df["dataset"].nunique() == 1 \
+            and df["dataset"].iloc[0] in DATASET_SCALES:
         scale = DATASET_SCALES[df["dataset"].iloc[0]]
     if scale is not None:
         labels |= set(range(scale[0], scale[1] + 1))
@@ -242,5 +243,5 @@ def by_group(records, by: Iterable[str], **kwargs) -> pd.DataFrame:
     rows = []
     for key, g in df.groupby(by, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        rows.append(dict(zip(by, key)) | summarize_run(g, **kwargs))
+        rows.append(dict(zip(by, key, strict=True)) | summarize_run(g, **kwargs))
     return pd.DataFrame(rows)

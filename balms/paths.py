@@ -50,6 +50,30 @@ def runs_dir() -> Path:
     return Path(env).expanduser() if env else PROJECT_ROOT / "runs"
 
 
+SMOKE_PROFILES = {"smoke"}
+
+
+def output_dirs(profile: str) -> tuple[Path, Path]:
+    """(tables, figures) folders of a profile, created if needed. demo/paper write the committed `tables/` and
+    `figures/`; the smoke profile (CI) writes to build/. `BALMS_OUTPUT_DIR` redirects everything (tests use it)."""
+    if os.environ.get("BALMS_OUTPUT_DIR"):
+        root = Path(os.environ["BALMS_OUTPUT_DIR"]) / profile
+        t, f = root / "tables", root / "figures"
+    elif profile in SMOKE_PROFILES:
+        root = PROJECT_ROOT / "build" / profile
+        t, f = root / "tables", root / "figures"
+    else:
+        t, f = TABLES_DIR, FIGURES_DIR
+    t.mkdir(parents=True, exist_ok=True)
+    f.mkdir(parents=True, exist_ok=True)
+    return t, f
+
+
+def index_path(profile: str) -> Path:
+    """The artefact index of a profile (`tables/index.csv` of its output folder)."""
+    return output_dirs(profile)[0] / "index.csv"
+
+
 TABLES_DIR = PROJECT_ROOT / "tables"
 FIGURES_DIR = PROJECT_ROOT / "figures"
 PAPER_TABLES_DIR = Path(__file__).resolve().parent / "resources" / "paper_tables"

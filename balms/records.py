@@ -14,7 +14,8 @@ from pydantic import BaseModel, Field
 class Step(BaseModel):
     """One entry of an agent transcript: a model call, a tool call, or an observation."""
 
-    kind: str  # "prompt" | "completion" | "thought" | "code" | "observation" | "forced_finish" | "retrieval" | "summary"
+    # "prompt" | "completion" | "thought" | "code" | "observation" | "forced_finish" | "retrieval" | "summary"
+    kind: str
     content: str = ""
     meta: dict[str, Any] = Field(default_factory=dict)  # tokens, latency, exit status, retrieved ids...
 
@@ -43,7 +44,8 @@ class PredictionRecord(BaseModel):
     n_steps: int = 1  # model calls made for this sample
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    latency_s: float = 0.0  # agent latency for this sample (model + tools); cache-replayed calls at their measured latency
+    # agent latency for this sample (model + tools); cache-replayed calls count at their measured latency
+    latency_s: float = 0.0
     wall_s: float | None = None  # wall time of the run that wrote the record (small when calls came from the cache)
     cost_usd: float = 0.0
     error: str | None = None  # agent/harness error (not a parse failure)

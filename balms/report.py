@@ -16,31 +16,9 @@ from typing import Iterable
 import pandas as pd
 
 from balms import paths
+from balms.paths import index_path, output_dirs  # the index helpers live in paths: report_html uses them too
 
 INDEX_COLUMNS = ["artefact", "path", "notebook", "source", "profile", "models", "n", "caption"]
-SMOKE_PROFILES = {"smoke"}
-
-
-def output_dirs(profile: str) -> tuple[Path, Path]:
-    """demo/paper write the committed `tables/` and `figures/`; the smoke profile (CI) writes to build/.
-    `BALMS_OUTPUT_DIR` redirects everything (tests use it)."""
-    import os
-
-    if os.environ.get("BALMS_OUTPUT_DIR"):
-        root = Path(os.environ["BALMS_OUTPUT_DIR"]) / profile
-        t, f = root / "tables", root / "figures"
-    elif profile in SMOKE_PROFILES:
-        root = paths.PROJECT_ROOT / "build" / profile
-        t, f = root / "tables", root / "figures"
-    else:
-        t, f = paths.TABLES_DIR, paths.FIGURES_DIR
-    t.mkdir(parents=True, exist_ok=True)
-    f.mkdir(parents=True, exist_ok=True)
-    return t, f
-
-
-def index_path(profile: str) -> Path:
-    return output_dirs(profile)[0] / "index.csv"
 
 
 def source_label(sources: Iterable[str]) -> str:
@@ -171,15 +149,15 @@ def main(argv: list[str] | None = None) -> int:
             print(idx[["artefact", "path", "notebook", "source"]].to_string(index=False))
             print(f"{len(idx)} artefacts, all present ({index_path(a.profile)})")
         return 0
-    from balms.report_html import build_report
+    from balms.report_html import ReportDirError, build_report
 
-    out = build_report(a.profile, Path(a.out))
+    try:
+        out = build_report(a.profile, Path(a.out))
+    except ReportDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"report written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = None, col: str | None = None,
@@ -220,7 +198,7 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
     width = 0.8 / max(len(hues), 1)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 3.2), squeeze=False, sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, panel in zip(axes[0], panels):
+    for ax, panel in zip(axes[0], panels, strict=True):
         sub = summary if panel is None else summary[summary[col] == panel]
         for j, h in enumerate(hues):
             for i, xv in enumerate(xs):
@@ -248,9 +226,13 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
             ax.set_yscale("log")
     axes[0][0].set_ylabel(ylabel or y)
     handles, labels = axes[0][-1].get_legend_handles_labels()
-    uniq = dict(zip(labels, handles))
+    uniq = dict(zip(labels, handles, strict=True))
     axes[0][-1].legend(uniq.values(), uniq.keys(), fontsize=6)
     fig.suptitle(title + "\n(error bars: 95% participant-bootstrap intervals of the tables; "
                  "x = cell without a parsed answer)", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Sequence
 from balms.data.schema import DataError
 from balms.models.base import BackendError
 from balms.models.pricing import estimate_cost
-from balms.models.retrying import RetryingBackend
+from balms.models.retrying import RetryingBackend, retry_layer
 from balms.paths import PROJECT_ROOT
 from balms.records import PredictionRecord, sample_fields
 
@@ -292,17 +292,6 @@ def _predict(agent, backend, sample, tables) -> PredictionRecord:
     return rec
 
 
-def _inner_retrying(backend) -> RetryingBackend | None:
-    """The first RetryingBackend in a wrapper chain (get_backend puts one under the cache of remote models)."""
-    for _ in range(8):
-        if isinstance(backend, RetryingBackend):
-            return backend
-        backend = getattr(backend, "backend", None)
-        if backend is None:
-            return None
-    return None
-
-
 def _stats(backend) -> dict:
     fn = getattr(backend, "stats", None)
     return dict(fn()) if callable(fn) else {}
@@ -362,7 +351,7 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
             old = {}
     started = _now()
     stats0 = _stats(backend)
-    inner = _inner_retrying(backend)  # if the backend retries itself, don't multiply the attempts
+    inner = retry_layer(backend)  # if the backend retries itself, don't multiply the attempts
     inner0 = (inner.attempts, inner.retried) if inner else (0, 0)
     wrapped = RetryingBackend(backend, retries=0 if inner else retries, timeout_s=timeout_s)
     session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_new": 0, "n_errors_new": 0}

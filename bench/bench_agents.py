@@ -138,7 +138,8 @@ def main() -> None:
 
     report = {
         "dataset": "pmdata", "source": tables.source, "tokenizer": args.tokenizer,
-        "tokenizer_file": tok.path.name, "raptor_memory": "lookback (agent default)", "n_target_days": len(per_L[LOOKBACKS[0]]),
+        "tokenizer_file": tok.path.name, "raptor_memory": "lookback (agent default)",
+        "n_target_days": len(per_L[LOOKBACKS[0]]),
         "n_target_days_valid_at_all_lookbacks": n_common, "seed": args.seed, "lookbacks": list(LOOKBACKS),
         "prompt_tokens": {k: {str(L): v for L, v in d.items()} for k, d in results.items()},
         "raptor_day_summary_prompt_tokens_mean": {str(L): v for L, v in summ.items()},

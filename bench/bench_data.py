@@ -51,7 +51,8 @@ def _run(name: str, raw_root: Path | None, *, trace: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--raw-root", type=Path, default=None,
-                    help="folder with pmdata/ and globem/ (default: BALMS_RAW_DIR, else ../shared/data, else synthetic)")
+                    help="folder with pmdata/ and globem/ "
+                         "(default: BALMS_RAW_DIR, else ../shared/data, else synthetic)")
     a = ap.parse_args(argv)
     root = a.raw_root
     if root is None and not os.environ.get("BALMS_RAW_DIR") and paths.shared_data_dir():

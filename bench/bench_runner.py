@@ -33,7 +33,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import httpx  # noqa: E402
 
-from balms.models.base import GenParams, Message  # noqa: E402
 from balms.models.cache import CachedBackend, ResponseCache  # noqa: E402
 from balms.models.openai_http import OpenAICompatBackend  # noqa: E402
 from balms.runner import run_samples  # noqa: E402
@@ -41,8 +40,8 @@ from fake_servers import TinyAgent, make_samples  # noqa: E402
 
 
 def start_fake_server(latency: float):
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_servers.py"), "openai", "--latency", str(latency),
-                             "--asyncio"],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_servers.py"), "openai",
+                             "--latency", str(latency), "--asyncio"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     port = int(proc.stdout.readline().strip())
     return proc, f"http://127.0.0.1:{port}/v1"
@@ -100,7 +99,8 @@ def _start_llama(n_threads: int, log: Path):
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}  # idle llama.cpp threads must not spin on shared cores
     proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path("smollm2-135m")),
                              "--host", "127.0.0.1", "--port", str(port), "--n_threads", str(n_threads),
-                             "--model_alias", "smollm2", "--n_ctx", "2048"], stdout=fh, stderr=subprocess.STDOUT, env=env)
+                             "--model_alias", "smollm2", "--n_ctx", "2048"],
+                            stdout=fh, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -193,7 +193,7 @@ def bench_llamacpp(work: Path, n_prompts: int, max_tokens: int) -> dict:
     # Server time per request is noisy on a shared machine (other jobs' spikes); the median of the paired
     # (adjacent in time, same body) harness/direct call-time ratios estimates it robustly, and the harness's own
     # time outside the model calls (runner, cache, records, fsync) is then added in full.
-    call_ratio = statistics.median(h / d for h, d in zip(h_all, d_all))
+    call_ratio = statistics.median(h / d for h, d in zip(h_all, d_all, strict=True))
     robust = direct_total / (call_ratio * direct_total + own_total)
     return {
         "llamacpp_n_prompts": n_prompts,
@@ -251,8 +251,8 @@ def main(argv=None) -> int:
     print(f"real llama.cpp servers (SmolLM2, {args.n_prompts} prompts x 2 runs, direct and harness interleaved):")
     print(f"  direct {result['llamacpp_direct_s']:.2f} s, harness {result['llamacpp_harness_s']:.2f} s -> "
           f"harness throughput = {result['llamacpp_ratio']:.3f} of direct (raw totals "
-          f"{result['llamacpp_ratio_raw_totals']:.3f}; harness's own time {result['llamacpp_harness_own_ms_per_request']:.1f}"
-          f" ms/request)")
+          f"{result['llamacpp_ratio_raw_totals']:.3f}; harness's own time "
+          f"{result['llamacpp_harness_own_ms_per_request']:.1f} ms/request)")
     print(f"targets: {result['meets_targets']}  (written to {args.out})")
     return 0
 

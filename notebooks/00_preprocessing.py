@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from balms import experiments as ex, report
-from balms.data.summary import dataset_summary
+from balms.data.summary import dataset_summary, table5_eval_sets
 
 cfg = ex.from_notebook(globals())
 NB = "00_preprocessing"
@@ -41,17 +41,7 @@ summaries = {d: dataset_summary(d, seed=cfg.seed) for d in cfg.datasets}
 
 # %%
 # NBVAL_CHECK_OUTPUT
-paper5 = report.paper_table("table5_eval_sets")
-paper5["dataset_key"] = paper5["dataset"].str.lower()
-ours5 = pd.DataFrame([{"dataset_key": d, "source": s["source"], "ours_users": s["n_users"],
-                       "ours_n_samples": s["n_samples"], "ours_mean_predictor_mae": round(s["mean_predictor_mae"], 3)}
-                      for d, s in summaries.items()])
-t5 = paper5.merge(ours5, on="dataset_key", how="right")
-t5 = t5[["dataset", "target", "scale_min", "scale_max", "lookback_days", "cohort", "n_samples", "source",
-         "ours_users", "ours_n_samples", "ours_mean_predictor_mae"]].rename(columns={"n_samples": "paper_n_samples"})
-t5["paper_mean_predictor_mae"] = t5["dataset"].map(
-    report.paper_table("table3_zero_shot_mae").iloc[0][["diversityone_mae", "pmdata_mae", "globem_mae"]]
-    .rename(lambda c: {"diversityone_mae": "DiversityOne", "pmdata_mae": "PMData", "globem_mae": "GLOBEM"}[c]))
+t5 = table5_eval_sets(summaries)  # the paper's Table 5 rows beside our counts (balms.data.summary)
 src = report.source_label(t5["source"])
 report.save_table(t5, "table5_eval_sets", artefact="Table 5", notebook=NB, source=src, profile=cfg.profile,
                   caption="evaluation sets and mean-predictor MAE, paper vs ours")

@@ -38,7 +38,8 @@ def test_last_observed_label_uses_only_the_past(setup):
     errs = []
     for s in te:
         prev = lab[(lab.user == s.user) & (lab.date < np.datetime64(s.target_date))]
-        errs.append(abs(s.label - (prev.sort_values("date").label.iloc[-1] if len(prev) else np.mean([x.label for x in tr]))))
+        expected = prev.sort_values("date").label.iloc[-1] if len(prev) else np.mean([x.label for x in tr])
+        errs.append(abs(s.label - expected))
     assert res.loc["last_observed_label", "mae"] == pytest.approx(np.mean(errs))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -85,7 +84,7 @@ def test_thread_safe_and_identical_concurrent_requests_compute_once(tmp_path):
     assert fake.calls == 10
     assert b.hits + b.misses == 80 and b.misses == 10
     by_prompt = {}
-    for m, c in zip(prompts, outs):
+    for m, c in zip(prompts, outs, strict=True):
         by_prompt.setdefault(m[0].content, set()).add(c.text)
     assert all(len(v) == 1 for v in by_prompt.values())
 

@@ -8,9 +8,9 @@ import shutil
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from balms.cellspec import CODE_PATHS, CellSpec, code_fingerprint
 from balms.data.schema import DataError
@@ -36,7 +36,7 @@ def test_key_is_stable_and_covers_every_field():
         assert _spec(**change).key() != s.key(), change
     assert s.run_name().startswith("healthllm__m__zs__L14__") and s.run_name().endswith(s.key())
     assert s.decoding == {"max_tokens": 16, "temperature": 0.0, "seed": 0}
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="typo"):
         CellSpec(**(s.model_dump() | {"typo": 1}))  # extra fields are refused
 
 

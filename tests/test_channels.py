@@ -7,8 +7,13 @@ import pytest
 
 from agent_fakes import samples_of
 from balms.agents.registry import SYSTEMS, make_agent
-from balms.data.channels import (DEFAULT_PROMPT_CHANNELS, channels_option, option_channels, resolve_channels,
-                                 select_subday_channels)
+from balms.data.channels import (
+    DEFAULT_PROMPT_CHANNELS,
+    channels_option,
+    option_channels,
+    resolve_channels,
+    select_subday_channels,
+)
 from balms.data.render import render_context, render_window
 from balms.judges.llm_judge import window_for_record
 from balms.records import PredictionRecord

@@ -37,7 +37,8 @@ def test_default_channels_are_the_allday_raw_columns(globem_dir):
     raw = pd.read_csv(c / "FeatureData" / "screen.csv")
     col = "f_screen:phone_screen_rapids_sumdurationunlock:allday"
     exp = raw.set_index(["pid", "date"])[col]
-    exp.index = pd.MultiIndex.from_arrays([exp.index.get_level_values(0), pd.to_datetime(exp.index.get_level_values(1))])
+    exp.index = pd.MultiIndex.from_arrays([exp.index.get_level_values(0),
+                                           pd.to_datetime(exp.index.get_level_values(1))])
     got = t.daily["screen_unlock_duration"]
     pd.testing.assert_series_equal(got.sort_index(), exp.sort_index(), check_names=False)
 

@@ -47,7 +47,8 @@ def test_reader_on_synthetic_site(synth_root):
     assert not sd.duplicated(["user", "date", "slot_index"]).any()
     # Daily sums equal the sum of the day's slots.
     u, d = t.users[0], sd.loc[sd["user"] == t.users[0], "date"].iloc[5]
-    assert t.daily.loc[(u, d), "screen_min"] == pytest.approx(sd.loc[(sd.user == u) & (sd.date == d), "screen_min"].sum())
+    day_total = sd.loc[(sd.user == u) & (sd.date == d), "screen_min"].sum()
+    assert t.daily.loc[(u, d), "screen_min"] == pytest.approx(day_total)
     # Every filtered diary row is counted.
     for key in ("diary_prompts_unanswered", "diary_mood_out_of_range", "evening_mood_extra_answers"):
         assert key in t.dropped

@@ -79,6 +79,40 @@ def test_f4_magic_numbers(src, n):
     assert len(magic_thresholds(src)) == n
 
 
+# Realistic PHIA blocks with several literal comparisons in one block: each comparison is one event, and
+# reading the second one must not break (a loop variable once shadowed the literal-resolving helper).
+MULTI_BRANCH = [
+    ("last = daily['steps'].iloc[-1]\n"
+     "if last > 10000:\n    print('very active')\nelif last < 5000:\n    print('sedentary')\n"
+     "else:\n    print('moderate')", 2),
+    ("sleep_h = daily['sleep_minutes'].tail(3).mean() / 60\n"
+     "steps = daily['steps'].tail(3).mean()\n"
+     "if sleep_h < 6 and steps < 4000:\n    stress = 5\n"
+     "elif sleep_h < 7 or steps < 6000:\n    stress = 4\n"
+     "elif sleep_h >= 8 and steps >= 9000:\n    stress = 2\nelse:\n    stress = 3\nprint(stress)", 6),
+    ("LOW, HIGH = 5000, 10000\nSLEEP_MIN = 420\n"
+     "s = daily['steps'].iloc[-1]\n"
+     "flag = 'low' if s < SLEEP_MIN else 'ok'\n"
+     "print(flag, daily['resting_hr'].iloc[-1] > 70, daily['sleep_minutes'].iloc[-1] <= 300)", 3),
+    ("for hour in range(24):\n    if hour < 6:\n        continue\n"
+     "if daily['steps'].iloc[-1] > 12000:\n    print('high')\n"
+     "if (daily['steps'] > 0).all():\n    print('complete')\n"
+     "if daily['sleep_minutes'].iloc[-1] < 360:\n    print('short sleep')", 2),
+]
+
+
+@pytest.mark.parametrize("src,n", MULTI_BRANCH)
+def test_f4_multi_branch_blocks(src, n):
+    assert len(magic_thresholds(src)) == n
+
+
+def test_f4_multi_branch_block_in_a_trace():
+    src = MULTI_BRANCH[1][0]
+    r = rec([code("print(daily[['steps', 'sleep_minutes']].tail(3))"), obs("steps sleep_minutes\n8123 401"),
+             code(src), obs("3")])
+    assert classify_trace(r)["F4"] == 6
+
+
 def test_f4_literal_read_from_an_earlier_observation_is_data_derived():
     src = "print(daily['steps'].iloc[-1] < 8234.5)"
     r = rec([code("print(daily['steps'].mean())"), obs("8234.5"), code(src), obs("True")])

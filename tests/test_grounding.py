@@ -240,7 +240,8 @@ def test_claims_written_from_real_windows(real_data, dataset):
                 continue
             d = rng.choice(days)
             v = shown[d - 1]
-            other = [e for e in days if shown[e - 1] != v and not value_matches(float(v), len(v.split(".")[1]) if "." in v else 0, shown[e - 1])]
+            dec = len(v.split(".")[1]) if "." in v else 0
+            other = [e for e in days if shown[e - 1] != v and not value_matches(float(v), dec, shown[e - 1])]
             t = rng.choice(templates)
             kw = dict(label=ch.label, label_l=ch.label.lower(), v=v, unit=ch.unit)
             rep = check_rationale(t.format(d=d, **kw), w, n_days=len(shown))

@@ -41,7 +41,8 @@ def test_no_avx512_takes_the_portable_shared_wheel(tmp_path):
     out, calls = run(tmp_path, "avx512f", wheel_cached=False, shared_wheel=True)  # avx512f alone is not enough
     assert "avx2 build (prebuilt wheel" in out
     assert not any(c.startswith("wheel ") for c in calls)
-    assert "--force-reinstall" in calls[0] and calls[0].endswith("shared/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl")
+    assert "--force-reinstall" in calls[0]
+    assert calls[0].endswith("shared/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl")
 
 
 def test_no_avx512_no_wheel_compiles_portable(tmp_path):

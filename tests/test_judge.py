@@ -9,8 +9,14 @@ from importlib import resources
 
 import pytest
 
-from balms.judges.llm_judge import (JudgeResult, aggregate_judgements, extract_json, judge_rationale,
-                                    judge_records, judgement_table)
+from balms.judges.llm_judge import (
+    JudgeResult,
+    aggregate_judgements,
+    extract_json,
+    judge_rationale,
+    judge_records,
+    judgement_table,
+)
 from balms.judges.rubric import DIMENSIONS, TIER1, TIER2, build_messages, judge_json_schema
 from balms.models.base import BackendError, Completion
 from balms.records import PredictionRecord
@@ -120,7 +126,8 @@ def test_repair_retry_fixes_a_bad_score():
 @pytest.mark.parametrize("bad,reason", [
     ("I think the rationale is fine, overall 4/5.", "no JSON object found"),
     ("{this is: not json at all", "no parseable JSON object"),
-    (json.dumps(verdict(c2_slicing={"score": 2, "justification": "x"})), "c2_slicing: Tier-1 score 2 is not 0, 1 or null"),
+    (json.dumps(verdict(c2_slicing={"score": 2, "justification": "x"})),
+     "c2_slicing: Tier-1 score 2 is not 0, 1 or null"),
     (json.dumps(verdict(clarity={"score": 0, "justification": "x"})), "clarity: Tier-2 score 0 is outside 1-5"),
     (json.dumps(verdict(safety={"score": 3.5, "justification": "x"})), "safety: score 3.5 is not an integer"),
     (json.dumps(verdict(safety={"score": "high", "justification": "x"})), "safety: score 'high' is not an integer"),
@@ -250,11 +257,13 @@ def test_judge_records_with_text_and_window_sources():
                            prediction=2, rationale="Steps fell to 920 on day 3.")
     be = FakeJudge([json.dumps(verdict())] * 2)
     out = judge_records([rec], {rec.sample_id: "WINDOW TEXT"}, be)
-    assert out[0].status == "scored" and out[0].meta["system"] == "healthllm" and out[0].meta["sample_id"] == rec.sample_id
+    assert out[0].status == "scored" and out[0].meta["system"] == "healthllm"
+    assert out[0].meta["sample_id"] == rec.sample_id
     assert "WINDOW TEXT" in be.calls[0][0][1].content and "an integer from 0 to 3" in be.calls[0][0][1].content
     s = Sample("globem", "u1", dt.date(2018, 5, 2), 0, 3, dt.date(2018, 4, 29), dt.date(2018, 5, 1))
-    w = Window(s, Target("anx", "anxiety", 0, 3), pd.DataFrame({"steps": [1.0, 2.0, 920.0]},
-               index=pd.date_range("2018-04-29", periods=3)), [Channel("steps", "Steps", "steps", "wearable", decimals=0)])
+    w = Window(s, Target("anx", "anxiety", 0, 3),
+               pd.DataFrame({"steps": [1.0, 2.0, 920.0]}, index=pd.date_range("2018-04-29", periods=3)),
+               [Channel("steps", "Steps", "steps", "wearable", decimals=0)])
     judge_records([rec], lambda r: w, be)
     assert "- Steps (steps): [1, 2, 920]" in be.calls[1][0][1].content  # the canonical render_window text
     with pytest.raises(KeyError, match="no window"):
@@ -341,3 +350,47 @@ def test_backend_refusing_the_schema_falls_back_to_free_text():
     res = judge_rationale(be, **KW)
     assert res.status == "scored" and res.tier2 == T2 and "schema not supported" in res.meta["schema_refused"]
     assert be.calls[0][1].json_schema is not None and be.calls[1][1].json_schema is None
+
+
+# ---------------------------------------------------------------- retries: exactly one layer
+
+
+def test_remote_judge_from_registry_retries_in_one_layer(isolated_cache):
+    """get_backend puts a retry layer under the cache of a remote model; the judge must not add its own on
+    top (3 judge tries x 3 backend tries = 9 requests to a server that keeps failing)."""
+    from balms.models.registry import get_backend
+    from fake_servers import FakeOpenAIServer
+
+    with FakeOpenAIServer(faults=["500"] * 20) as srv:
+        be = get_backend("Qwen2.5-7B-Instruct", base_urls=[srv.url], retries=2, cache_mode="off")
+        res = judge_rationale(be, **KW)
+        assert len(srv.requests) == 3  # the backend's own 1 + 2 retries, nothing more
+    assert res.status == "unscored" and res.unscored_code == "backend_error"
+    assert "gave up after 3 attempts" in res.unscored_reason
+
+
+def test_judge_records_shares_the_backends_retry_layer(isolated_cache):
+    from balms.models.registry import get_backend
+    from fake_servers import FakeOpenAIServer
+
+    recs = [PredictionRecord(sample_id=f"pmdata/p01/2020-01-1{i}/L14", dataset="pmdata", user="p01",
+                             target_date=f"2020-01-1{i}", lookback=14, label=3, source="real", system="cot",
+                             cot=True, model="fake", model_id="fake", rationale="Steps fell.", prediction=4)
+            for i in (1, 2)]
+    with FakeOpenAIServer(faults=["503"] * 20) as srv:
+        be = get_backend("Qwen2.5-7B-Instruct", base_urls=[srv.url], retries=1, cache_mode="off")
+        res = judge_records(recs, {r.sample_id: "window text" for r in recs}, be)
+        assert len(srv.requests) == 4  # 2 records x (1 + 1 retry)
+    assert [r.unscored_code for r in res] == ["backend_error"] * 2
+
+
+def test_bare_backend_gets_the_judges_own_retries():
+    """A backend without a retry layer (an in-process fake here) is still retried on transient errors."""
+    from fake_servers import FakeBackend
+
+    be = FakeBackend(errors=[BackendError("overloaded", transient=True)] * 10)
+    res = judge_rationale(be, **KW)
+    assert be.calls == 3 and res.unscored_code == "backend_error"
+    be = FakeBackend(errors=[BackendError("overloaded", transient=True)] * 2)  # then a (non-JSON) answer
+    res = judge_rationale(be, **KW)
+    assert be.calls == 4 and res.unscored_code == "invalid_output"  # 3 tries, then the repair call

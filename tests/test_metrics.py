@@ -56,7 +56,8 @@ def _naive_cluster_ci(vals, clusters, n_boot, seed):
     stats = []
     for _ in range(n_boot):
         counts = rng.multinomial(k, np.full(k, 1.0 / k))
-        pooled = np.concatenate([np.repeat(vals[np.asarray(clusters) == u], c) for u, c in zip(uniq, counts)])
+        pooled = np.concatenate([np.repeat(vals[np.asarray(clusters) == u], c)
+                                 for u, c in zip(uniq, counts, strict=True)])
         stats.append(pooled.mean())
     return np.percentile(stats, [2.5, 97.5])
 

@@ -14,7 +14,8 @@ MSGS = [Message("system", "You rate stress."), Message("user", "Rate p01's stres
 
 
 def _backend(srv, **kw):
-    return AnthropicBackend("claude-haiku-4-5", api_key="test-key", base_url=srv.url, timeout_s=kw.pop("timeout_s", 5), **kw)
+    return AnthropicBackend("claude-haiku-4-5", api_key="test-key", base_url=srv.url, timeout_s=kw.pop("timeout_s", 5),
+                            **kw)
 
 
 def test_messages_api_request_and_usage():

@@ -88,18 +88,21 @@ def test_request_body_carries_decoding_params_and_schema():
         b = OpenAICompatBackend("Qwen/Qwen2.5-7B-Instruct", [srv.url + "/v1/"])
         b.generate(MSGS, GenParams(temperature=0.3, max_tokens=17, stop=("\n",), seed=5, json_schema=schema))
         body = srv.requests[-1]
-        assert body["model"] == "Qwen/Qwen2.5-7B-Instruct" and body["messages"][0] == {"role": "system", "content": "sys"}
+        assert body["model"] == "Qwen/Qwen2.5-7B-Instruct"
+        assert body["messages"][0] == {"role": "system", "content": "sys"}
         assert (body["temperature"], body["max_tokens"], body["stop"], body["seed"]) == (0.3, 17, ["\n"], 5)
         assert body["response_format"]["json_schema"]["schema"] == schema
         ll = OpenAICompatBackend("m", [srv.url], json_style="llamacpp")
-        assert ll.request_body(MSGS, GenParams(json_schema=schema))["response_format"] == {"type": "json_object", "schema": schema}
+        assert ll.request_body(MSGS, GenParams(json_schema=schema))["response_format"] == {"type": "json_object",
+                                                                                          "schema": schema}
         assert ll.request_body(MSGS, GenParams(grammar="root ::= [1-5]"))["grammar"] == "root ::= [1-5]"
         b.close(), ll.close()
 
 
 def test_reasoning_split_from_think_tags_and_server_field():
     with FakeOpenAIServer() as srv:
-        b = OpenAICompatBackend("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", [srv.url], extra_body={"x_reply": "sleep was short</think>Answer: 3"})
+        b = OpenAICompatBackend("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", [srv.url],
+                                extra_body={"x_reply": "sleep was short</think>Answer: 3"})
         c = b.generate(MSGS, GenParams())
         assert c.text == "Answer: 3" and c.reasoning == "sleep was short" and 0 < c.reasoning_tokens <= 7
         b.close()
@@ -168,7 +171,7 @@ def start_llama_servers(alias: str, n: int, n_threads: int = 1, log_dir: Path | 
 
 
 def stop_servers(started) -> None:
-    for proc, _, log in started:
+    for proc, _, _log in started:
         proc.terminate()
     for proc, _, log in started:
         try:

@@ -74,7 +74,8 @@ def test_sample_seed_stable_and_distinct():
     assert a != sample_seed("pmdata/p01/2019-11-02/L14", 1)
     assert a != sample_seed("pmdata/p01/2019-11-03/L14", 0)
     # pinned value: a change of the hash would silently change every cached request
-    assert sample_seed("x", 0) == int.from_bytes(__import__("hashlib").sha256(b"0\x1fx").digest()[:8], "big") & 0x7FFFFFFF
+    digest = __import__("hashlib").sha256(b"0\x1fx").digest()
+    assert sample_seed("x", 0) == int.from_bytes(digest[:8], "big") & 0x7FFFFFFF
 
 
 @pytest.mark.parametrize(

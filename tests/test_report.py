@@ -145,3 +145,70 @@ def test_html_report_renders_in_headless_chromium(outdir):
     subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1000,800", index.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 5000
+
+
+def test_report_refuses_a_non_empty_folder_it_did_not_create(outdir):
+    from balms.report_html import ReportDirError, build_report
+
+    mine = outdir / "thesis"
+    mine.mkdir()
+    (mine / "chapter1.tex").write_text("precious")
+    with pytest.raises(ReportDirError, match=r"thesis.*non-empty folder.*\.balms-report"):
+        build_report("demo", mine)
+    assert (mine / "chapter1.tex").read_text() == "precious"
+    assert sorted(p.name for p in mine.iterdir()) == ["chapter1.tex"]
+    assert report.main(["html", "--profile", "demo", "--out", str(mine)]) == 2  # the CLI says so, exit code 2
+    assert (mine / "chapter1.tex").exists()
+    a_file = outdir / "notes.txt"
+    a_file.write_text("x")
+    with pytest.raises(ReportDirError, match="not a folder"):
+        build_report("demo", a_file)
+
+
+def test_report_reuses_an_empty_folder_and_replaces_its_own(outdir):
+    from balms.report_html import MARKER, build_report
+
+    out = outdir / "rep"
+    out.mkdir()
+    build_report("demo", out)  # empty: fine
+    assert (out / MARKER).is_file() and (out / "index.html").is_file()
+    (out / "stale.html").write_text("old")
+    (out / "runs" / "old_run").mkdir()
+    build_report("demo", out)  # marked as ours: replaced, stale files gone
+    assert not (out / "stale.html").exists() and not (out / "runs" / "old_run").exists()
+    assert (out / MARKER).is_file() and (out / "index.html").is_file()
+
+
+def test_report_autoescapes_every_record_field(outdir):
+    from balms.report_html import build_report
+
+    evil = "<script>alert(1)</script>"
+    rec = PredictionRecord(sample_id=f"pmdata/p01/{evil}/L14", dataset="pmdata", user="p01", target_date="2019-11-20",
+                           lookback=14, label=3, source="real", system=evil, cot=False, model=evil, model_id=evil,
+                           prediction=None, parse_error=evil, raw_answer=evil, error=evil,
+                           transcript=[Step(kind=evil, content=evil, meta={"status": evil})])
+    run = outdir / "runs" / "demo" / "pmdata" / "x.jsonl"
+    run.parent.mkdir(parents=True)
+    run.write_text(rec.model_dump_json() + "\n")
+    run.with_name("x.judge.jsonl").write_text(json.dumps({"sample_id": rec.sample_id, "why": evil}) + "\n")
+    report.save_table(pd.DataFrame({"x": [1]}), "t", artefact=evil, notebook=evil, source="real", profile="demo")
+    build_report("demo", outdir / "report")
+    pages = list((outdir / "report").rglob("*.html"))
+    assert len(pages) == 3  # index, run, record
+    for page in pages:
+        text = page.read_text()
+        assert "<script" not in text, page
+    rec_page = next((outdir / "report" / "runs").rglob("0.html")).read_text()
+    assert rec_page.count("&lt;script&gt;") >= 8  # sample, system, model, model id, error, answer, step, verdict
+    assert "&lt;script&gt;" in (outdir / "report" / "index.html").read_text()  # the artefact name
+
+
+def test_report_modules_do_not_import_each_other():
+    """report imports report_html lazily (for `html`); report_html must not import report at all."""
+    import subprocess
+    import sys
+
+    code = "import sys, balms.report_html; print('balms.report' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.stdout.strip() == "False"

@@ -77,7 +77,8 @@ def test_transient_errors_retried_permanent_recorded(tmp_path):
     m = json.loads((tmp_path / "r.manifest.json").read_text())
     assert m["sessions"][0]["retries"] == 2 and m["usage"]["n_errors"] == 2
     # retry_failed reruns only the failed ones and leaves the good record untouched
-    res2 = run_samples(TinyAgent(), FakeBackend(), samples, None, tmp_path / "r.jsonl", progress=False, retry_failed=True)
+    res2 = run_samples(TinyAgent(), FakeBackend(), samples, None, tmp_path / "r.jsonl", progress=False,
+                       retry_failed=True)
     assert res2.n_new == 2 and res2.n_errors == 0
     assert sorted(_ids(load_records(tmp_path / "r.jsonl"))) == sorted(recs)
 

@@ -64,7 +64,8 @@ def test_mechanisms_measured_from_inside(suite_report):
     assert "101" in p["loopback_connect"]  # ENETUNREACH: lo is down in the empty namespace
     assert p["etc_passwd_visible"] is False and p["proc_visible"] is False
     assert p["can_signal_parent"] is False and p["can_regain_root"] is False and p["can_raise_rlimit"] is False
-    assert {"RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE"} <= set(m["rlimits"])
+    assert {"RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
+            "RLIMIT_CORE"} <= set(m["rlimits"])
     assert m["rlimits"]["RLIMIT_CORE"] == [0, 0]
 
 
@@ -172,7 +173,7 @@ def test_scratch_cleaned_and_worker_gone_on_close(frames):
     sb.close()
     assert not scratch.exists() and not private.exists()
     assert proc.poll() is not None
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="closed"):  # SandboxError
         sb.run("1")
 
 
@@ -206,7 +207,8 @@ def test_schema_card_contents():
     assert "sub-day (about 48.0 rows per day" in card
     assert "steps (int64, steps/day, 0% missing)" in card and "heart_rate (float64, bpm" in card
     s = daily["steps"]
-    assert f"mean {s.mean():.4g}, median {s.median():.4g}, std {s.std():.4g}, min {s.min():.4g}, max {s.max():.4g}" in card
+    assert (f"mean {s.mean():.4g}, median {s.median():.4g}, std {s.std():.4g}, min {s.min():.4g}, "
+            f"max {s.max():.4g}") in card
 
 
 def test_schema_card_without_time_column():

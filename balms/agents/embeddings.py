@@ -85,7 +85,7 @@ class EmbeddingStore:
         shas = [_sha(t) for _, t in items]
         found: dict[int, np.ndarray] = {}
         with self._lock:
-            for i, ((key, _), sha) in enumerate(zip(items, shas)):
+            for i, ((key, _), sha) in enumerate(zip(items, shas, strict=True)):
                 row = self._con.execute(
                     "SELECT dim, vec FROM embeddings WHERE model=? AND key=? AND text_sha=?",
                     (self.model, key, sha)).fetchone()

@@ -63,7 +63,7 @@ def retrieve_days(tables: DatasetTables, window: Window, *, k: int, scope: str,
     cands = [ts for ts in hist.daily.index if ts != query_ts]
     texts = [render.render_day(hist, ts) for ts in cands]
     store = store_for(embedder)
-    mat = store.embed([(day_key(s, ts), t) for ts, t in zip(cands, texts)])
+    mat = store.embed([(day_key(s, ts), t) for ts, t in zip(cands, texts, strict=True)])
     q = store.embed([(day_key(s, query_ts) + "#query", query_text)])[0]
     hits = top_k(q, mat, k) if cands else []
     return {

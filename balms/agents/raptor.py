@@ -132,7 +132,7 @@ class SummaryCache:
             "CREATE TABLE IF NOT EXISTS summaries (dataset TEXT, user TEXT, day TEXT, model_id TEXT, "
             "leaves_sha TEXT, summary TEXT, PRIMARY KEY (dataset, user, day, model_id, leaves_sha))")
         have = {row[1] for row in self._con.execute("PRAGMA table_info(summaries)")}
-        for col, kind in zip(self.USAGE, ("INTEGER", "INTEGER", "REAL")):
+        for col, kind in zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True):
             if col not in have:  # caches written before usage was kept: those rows read back as unknown usage
                 self._con.execute(f"ALTER TABLE summaries ADD COLUMN {col} {kind}")
         self._con.commit()
@@ -145,7 +145,7 @@ class SummaryCache:
                 "AND user=? AND day=? AND model_id=? AND leaves_sha=?", key).fetchone()
         if row is None:
             return None
-        usage = dict(zip(self.USAGE, row[1:])) if row[3] is not None else None
+        usage = dict(zip(self.USAGE, row[1:], strict=True)) if row[3] is not None else None
         return row[0], usage
 
     def put(self, key: tuple, summary: str, usage: dict | None = None) -> None:

@@ -309,7 +309,8 @@ class Sandbox:
     def _failure_observation(self, failure: str, exit_code: int | None, duration: float) -> Observation:
         state = " Variables from earlier blocks were lost." if self.mode == "improved" else ""
         if failure == "timeout":
-            text = f"TimeoutError: the code block did not finish within {self.limits.wall_s:g} s and was stopped.{state}"
+            text = (f"TimeoutError: the code block did not finish within {self.limits.wall_s:g} s and was stopped."
+                    f"{state}")
             return Observation(text, "timeout", "TimeoutError", text, duration, 0, ["worker killed and restarted"])
         if failure == "protocol":
             text = f"SandboxError: the code corrupted the executor's channel; the executor was restarted.{state}"

@@ -53,7 +53,8 @@ CASES: list[Case] = [
     Case("repr_never_returns", "time", "class A:\n    def __repr__(self):\n        while True: pass\nA()",
          ("timeout", "killed", "no_output", "ok")),
     # --- processes
-    Case("fork_bomb", "process", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    Case("fork_bomb", "process",
+         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
          ("timeout", "killed")),
     Case("fork_count_then_return", "process",
          "import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n    except OSError as e:\n"
@@ -63,10 +64,12 @@ CASES: list[Case] = [
          "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\nprint('parent side returns')",
          ("ok",)),
     Case("thread_bomb", "process",
-         "import threading, time\nts = []\nwhile True:\n    t = threading.Thread(target=time.sleep, args=(600,), daemon=True)\n"
+         "import threading, time\nts = []\nwhile True:\n"
+         "    t = threading.Thread(target=time.sleep, args=(600,), daemon=True)\n"
          "    t.start(); ts.append(t)", ("error", "memory")),
     Case("background_spinning_thread", "process",
-         "import threading\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\nprint('started')",
+         "import threading\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\n"
+         "print('started')",
          ("ok",)),
     Case("os_system", "process", "import os\nprint(os.system('id > @CANARY@/pwned; rm -rf @CANARY@'))", ANY),
     Case("subprocess_run", "process",
@@ -75,7 +78,8 @@ CASES: list[Case] = [
     Case("os_exec", "process", "import os\nos.execv('/bin/sh', ['/bin/sh', '-c', 'touch @CANARY@/x'])", FAIL),
     # --- memory and output
     Case("memory_bomb_bytearray", "memory", "x = bytearray(64 * 1024**3)", ("memory", "killed")),
-    Case("memory_bomb_growth", "memory", "xs = []\nwhile True:\n    xs.append(' ' * 10**7)", ("memory", "killed", "timeout")),
+    Case("memory_bomb_growth", "memory", "xs = []\nwhile True:\n    xs.append(' ' * 10**7)",
+         ("memory", "killed", "timeout")),
     Case("memory_bomb_numpy", "memory", "a = np.ones((10**6, 10**4))", ("memory", "killed")),
     Case("huge_output_string", "output", "print('x' * 10**7)", ("output_truncated",)),
     Case("huge_output_lines", "output", "for i in range(300000):\n    print(i)", ("output_truncated",)),
@@ -117,7 +121,8 @@ CASES: list[Case] = [
          FAIL),
     Case("import_unavailable_module", "privilege", "import requests", FAIL),
     # --- killing the harness
-    Case("kill_parent_ppid", "kill", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('still here')", ANY),
+    Case("kill_parent_ppid", "kill", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('still here')",
+         ANY),
     Case("kill_parent_pid", "kill", "import os, signal\nos.kill(@PARENT@, signal.SIGKILL)", FAIL),
     Case("kill_everything", "kill", "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('survived')", ANY),
     Case("kill_own_group", "kill", "import os, signal\nos.killpg(0, signal.SIGKILL)", ANY),
@@ -133,7 +138,8 @@ CASES: list[Case] = [
          "import sys\nsys.setrecursionlimit(10**8)\nx = []\nfor _ in range(2 * 10**5):\n    x = [x]\nrepr(x)",
          ("error", "killed", "memory", "timeout")),
     Case("close_stdout", "broken", "import sys\nsys.stdout.close()\nprint('x')", ("error",)),
-    Case("close_all_fds", "broken", "import os\nfor fd in range(256):\n    try:\n        os.close(fd)\n    except OSError:\n"
+    Case("close_all_fds", "broken",
+         "import os\nfor fd in range(256):\n    try:\n        os.close(fd)\n    except OSError:\n"
          "        pass\nprint('closed')", ("killed",)),
     Case("forge_protocol", "broken", "import os, struct\nfor fd in range(3, 64):\n    try:\n"
          "        os.write(fd, struct.pack('>I', 2**31) + b'{')\n    except OSError:\n        pass", ANY),

@@ -85,7 +85,8 @@ def run_baselines(samples_train: list[Sample], samples_test: list[Sample], table
     mu = float(ytr.mean()) if len(ytr) else float("nan")
     rows.append(row("mean_predictor", np.full(len(te), mu), constant=mu, note="training-set mean label"))
     per_user = pd.Series(ytr, index=[s.user for s in tr]).groupby(level=0).mean()
-    rows.append(row("per_user_mean", [per_user.get(s.user, mu) for s in te], note="user's training mean; global mean if unseen"))
+    rows.append(row("per_user_mean", [per_user.get(s.user, mu) for s in te],
+                    note="user's training mean; global mean if unseen"))
     last = _labels_before(tables, te)
     rows.append(row("last_observed_label", np.where(np.isnan(last), mu, last),
                     note="most recent label before the target day; training mean if none"))
@@ -95,9 +96,10 @@ def run_baselines(samples_train: list[Sample], samples_test: list[Sample], table
         Xtr, Xte = Xtr[keep].to_numpy(), Xte[keep].to_numpy()
         models = {
             "ridge": make_pipeline(SimpleImputer(strategy="median"), StandardScaler(), Ridge(alpha=10.0)),
-            "gradient_boosting": make_pipeline(SimpleImputer(strategy="median"),
-                                               GradientBoostingRegressor(random_state=seed, n_estimators=200,
-                                                                         max_depth=2, learning_rate=0.05, subsample=0.8)),
+            "gradient_boosting": make_pipeline(
+                SimpleImputer(strategy="median"),
+                GradientBoostingRegressor(random_state=seed, n_estimators=200, max_depth=2, learning_rate=0.05,
+                                          subsample=0.8)),
         }
         for name, m in models.items():
             m.fit(Xtr, ytr)

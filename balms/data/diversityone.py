@@ -109,7 +109,8 @@ def _site_dir(raw_dir: Path, site: str | None) -> Path:
         return sites[0]
     if (raw_dir / DEFAULT_SITE).is_dir():
         return raw_dir / DEFAULT_SITE
-    raise DataError(raw_dir, f"expected one Site_<City>_<CC> folder (or {DEFAULT_SITE}); found {[p.name for p in sites]}")
+    raise DataError(raw_dir, f"expected one Site_<City>_<CC> folder (or {DEFAULT_SITE}); "
+                             f"found {[p.name for p in sites]}")
 
 
 def _require(df: pd.DataFrame, path: Path, cols) -> None:
@@ -127,8 +128,8 @@ def _site_tz(path: Path) -> str:
 
 def _timestamps(s: pd.Series, path: Path, field: str, *, allow_null: bool) -> pd.Series:
     if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s) and s.notna().any():
-        raise DataError(path, f"expected a timestamp (datetime or ISO text), got numbers such as {s.dropna().iloc[0]!r}",
-                        field=field)
+        raise DataError(path, "expected a timestamp (datetime or ISO text), got numbers such as "
+                              f"{s.dropna().iloc[0]!r}", field=field)
     if pd.api.types.is_datetime64_any_dtype(s):
         out = s
     else:
@@ -171,7 +172,8 @@ def read_timediaries(site_dir: Path, dropped: dict[str, int]) -> pd.DataFrame:
     dup = pd.DataFrame({"u": user, "t": inst}).duplicated()
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
-        raise DataError(path, f"duplicate prompt for user {user.iloc[i]} at {inst.iloc[i]}", field=DIARY_INSTANCE, row=i)
+        raise DataError(path, f"duplicate prompt for user {user.iloc[i]} at {inst.iloc[i]}", field=DIARY_INSTANCE,
+                        row=i)
     d = pd.DataFrame({"user": user, "inst": inst, "ans": ans, "mood": mood})
     unanswered = d["ans"].isna() | d["mood"].isna()
     dropped["diary_prompts_unanswered"] = int(unanswered.sum())

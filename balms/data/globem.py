@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balms.data.schema import Channel, DatasetTables, DataError, Target
+from balms.data.schema import Channel, DataError, DatasetTables, Target
 
 COLUMN_RE = re.compile(r"^f_(?P<sensor>[a-z0-9]+):(?P<feature>.+?)(?P<variant>_norm|_dis)?:(?P<segment>[a-z0-9]+)$")
 SEGMENTS = ("allday", "morning", "afternoon", "evening", "night", "7dhist", "14dhist", "weekday", "weekend")
@@ -46,7 +46,8 @@ DEFAULT_CHANNELS = [
 
 TARGETS = {
     "feel_anxious": Target("phq4_anxiety", "PHQ-4 anxiety score", 0, 3,
-                           "GLOBEM dep_weekly feel_anxious (PHQ-4 anxiety item): 0 = not at all ... 3 = nearly every day",
+                           "GLOBEM dep_weekly feel_anxious (PHQ-4 anxiety item): "
+                           "0 = not at all ... 3 = nearly every day",
                            "more anxious"),
     "phq4_anxiety_EMA": Target("phq4_anxiety", "PHQ-4 anxiety subscale", 0, 6,
                                "GLOBEM ema phq4_anxiety_EMA: sum of the two PHQ-4 anxiety items (0-3 each), 0-6",

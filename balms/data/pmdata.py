@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balms.data.schema import Channel, DatasetTables, DataError, Target
+from balms.data.schema import Channel, DataError, DatasetTables, Target
 
 TARGET = Target(
     name="stress",
@@ -41,9 +41,11 @@ TARGET = Target(
 
 CHANNELS = [
     Channel("steps", "Steps", "steps", "wearable", "sum of steps over Fitbit exercise sessions that day", 0),
-    Channel("calories", "Calories burned", "kcal", "wearable", "sum of calories over Fitbit exercise sessions that day", 0),
+    Channel("calories", "Calories burned", "kcal", "wearable", "sum of calories over Fitbit exercise sessions that day",
+            0),
     Channel("resting_hr", "Resting heart rate", "bpm", "wearable", "Fitbit daily resting heart rate", 1),
-    Channel("sleep_minutes", "Sleep minutes", "minutes", "wearable", "minutes asleep in the main sleep ending that date", 0),
+    Channel("sleep_minutes", "Sleep minutes", "minutes", "wearable",
+            "minutes asleep in the main sleep ending that date", 0),
     Channel("time_in_bed", "Time in bed", "minutes", "wearable", "time in bed of the main sleep ending that date", 0),
     Channel("sleep_efficiency", "Sleep efficiency", "%", "wearable", "Fitbit efficiency of the main sleep", 0),
     Channel("sleep_score", "Sleep score", "out of 100", "wearable", "Fitbit overall sleep score", 0),
@@ -58,7 +60,8 @@ HEALTH_LLM_CHANNELS = ["steps", "calories", "resting_hr", "sleep_minutes"]
 
 CONTEXT_CHANNELS = [
     Channel("mood", "Mood", "out of 5", "self_report", "same-day wellness report, 1 = very bad, 5 = very good", 0),
-    Channel("fatigue", "Fatigue", "out of 5", "self_report", "same-day wellness report, 1 = very tired, 5 = very fresh", 0),
+    Channel("fatigue", "Fatigue", "out of 5", "self_report", "same-day wellness report, 1 = very tired, 5 = very fresh",
+            0),
     Channel("readiness", "Readiness", "out of 10", "self_report", "same-day readiness to train, 0-10", 0),
     Channel("sleep_quality", "Sleep quality", "out of 5", "self_report", "same-day report on last night, 1-5", 0),
 ]
@@ -93,7 +96,8 @@ def _read_json(path: Path) -> list:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except json.JSONDecodeError as exc:
-        raise DataError(path, f"invalid or truncated JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
+        raise DataError(path, f"invalid or truncated JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") \
+            from exc
     except OSError as exc:
         raise DataError(path, f"cannot read file ({exc.strerror})") from exc
     if not isinstance(data, list):
@@ -115,7 +119,10 @@ def _numeric(values: pd.Series, path: Path, field: str, *, offset: int = 0) -> p
 
 def _dates(values: pd.Series, path: Path, field: str, fmt: str | None = None, *, offset: int = 0) -> pd.Series:
     s = values.astype("object")
-    out = pd.to_datetime(s, errors="coerce", format=fmt) if fmt else pd.to_datetime(s, errors="coerce", format="mixed", utc=True)
+    if fmt:
+        out = pd.to_datetime(s, errors="coerce", format=fmt)
+    else:
+        out = pd.to_datetime(s, errors="coerce", format="mixed", utc=True)
     bad = out.isna()
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -149,7 +156,8 @@ def _daily_series(path: Path, *, value_key=("value",), date_key="dateTime") -> p
     dup = out.index.duplicated()
     if dup.any():
         i = int(np.flatnonzero(dup)[0])
-        raise DataError(path, f"duplicate date {out.index[i].date()} (one value per day expected)", field=date_key, row=i)
+        raise DataError(path, f"duplicate date {out.index[i].date()} (one value per day expected)", field=date_key,
+                        row=i)
     return out
 
 
@@ -238,8 +246,10 @@ def _sleep(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             secs.append(seg.get("seconds"))
             levels.append(seg.get("level"))
     stages = pd.DataFrame({
-        "start": _dates(pd.Series(starts, dtype=object), path, "levels.data.dateTime") if starts else pd.Series([], dtype="datetime64[ns]"),
-        "seconds": _numeric(pd.Series(secs, dtype=object), path, "levels.data.seconds") if secs else pd.Series([], dtype=float),
+        "start": _dates(pd.Series(starts, dtype=object), path, "levels.data.dateTime") if starts
+        else pd.Series([], dtype="datetime64[ns]"),
+        "seconds": _numeric(pd.Series(secs, dtype=object), path, "levels.data.seconds") if secs
+        else pd.Series([], dtype=float),
         "level": pd.Series(levels, dtype=object).astype(str),
     })
     return daily, stages
@@ -333,7 +343,8 @@ def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
     parts = [_stage_slots(stages)]
     if step_slots is not None:
         parts.append(step_slots)
-    sub = pd.concat([p.set_index("slot_start") for p in parts if len(p)], axis=1, sort=True) if any(len(p) for p in parts) else None
+    nonempty = [p.set_index("slot_start") for p in parts if len(p)]
+    sub = pd.concat(nonempty, axis=1, sort=True) if nonempty else None
     if sub is not None:
         sub = sub.groupby(level=0).sum(min_count=1).reset_index()
         sub.insert(0, "user", user)

@@ -54,10 +54,11 @@ class SampleSet:
         return iter(self.samples)
 
     def to_frame(self) -> pd.DataFrame:
-        cols = ["sample_id", "dataset", "user", "target_date", "label", "lookback", "window_start", "window_end", "source"]
+        cols = ["sample_id", "dataset", "user", "target_date", "label", "lookback", "window_start", "window_end",
+                "source"]
         return pd.DataFrame(
-            [[s.sample_id, s.dataset, s.user, s.target_date, s.label, s.lookback, s.window_start, s.window_end, s.source]
-             for s in self.samples],
+            [[s.sample_id, s.dataset, s.user, s.target_date, s.label, s.lookback, s.window_start, s.window_end,
+              s.source] for s in self.samples],
             columns=cols,
         )
 
@@ -96,7 +97,8 @@ def build_samples(
         raise ValueError(f"history_from must be first_label, first_sensing or none, got {hist!r}")
     if min_days_observed is None:
         min_days_observed = math.ceil(L / 2) if name == "pmdata" else 1
-    obs_cols = observed_channels if observed_channels is not None else DEFAULT_OBSERVED.get(name, list(tables.daily.columns))
+    obs_cols = observed_channels if observed_channels is not None \
+        else DEFAULT_OBSERVED.get(name, list(tables.daily.columns))
     dropped: dict[str, int] = {k: v for k, v in tables.dropped.items() if k in LOADER_FILTERS}
 
     lab = tables.labels[["user", "date", "label"]].copy()
@@ -122,10 +124,12 @@ def build_samples(
 
     observed = _user_day_matrix(tables, obs_cols)
     if hist == "first_label":
-        start = tables.labels.dropna(subset=["label"]).assign(date=lambda d: pd.to_datetime(d["date"])).groupby("user")["date"].min()
+        labelled = tables.labels.dropna(subset=["label"]).assign(date=lambda d: pd.to_datetime(d["date"]))
+        start = labelled.groupby("user")["date"].min()
     elif hist == "first_sensing":
         obs_days = observed[observed] if len(observed) else observed
-        start = obs_days.reset_index().groupby("user")["date"].min() if len(obs_days) else pd.Series(dtype="datetime64[ns]")
+        start = obs_days.reset_index().groupby("user")["date"].min() if len(obs_days) \
+            else pd.Series(dtype="datetime64[ns]")
     else:
         start = None
     if start is not None:
@@ -164,7 +168,8 @@ def build_samples(
             dataset=name, user=str(u), target_date=d.date(), label=int(round(y)), lookback=L,
             window_start=ws.date(), window_end=we.date(), source=tables.source,
         )
-        for u, d, y, ws, we in zip(lab["user"], lab["date"], lab["label"], lab["window_start"], lab["window_end"])
+        for u, d, y, ws, we in zip(lab["user"], lab["date"], lab["label"], lab["window_start"], lab["window_end"],
+                                 strict=True)
     ]
     params = dict(lookback=L, include_target_day=include_target_day, min_days_observed=min_days_observed,
                   history_from=hist, observed_channels=list(obs_cols))
@@ -199,8 +204,9 @@ def window_of(tables: DatasetTables, sample: Sample, *, context: bool = True,
     if tables.subday is not None:
         sd = tables.subday
         m = (sd["user"] == sample.user) & sd["date"].between(dates[0], dates[-1])
-        keep = ["user", "date", "slot", "slot_index", *[c.name for c in tables.subday_channels
-                                                        if channels is None or c.name in channels or c.name in sd.columns]]
+        keep = ["user", "date", "slot", "slot_index",
+                *[c.name for c in tables.subday_channels
+                  if channels is None or c.name in channels or c.name in sd.columns]]
         sub = sd.loc[m, [c for c in keep if c in sd.columns]].reset_index(drop=True)
     return Window(
         sample=sample, target=tables.target, daily=daily, channels=chans, profile=profile,
@@ -242,7 +248,8 @@ def _as_list(x) -> list[Sample]:
     return list(x.samples) if isinstance(x, SampleSet) else list(x)
 
 
-def split_target_days(sampleset_or_samples, *, test_frac: float = 0.3, seed: int = 0) -> tuple[list[Sample], list[Sample]]:
+def split_target_days(sampleset_or_samples, *, test_frac: float = 0.3,
+                      seed: int = 0) -> tuple[list[Sample], list[Sample]]:
     """Held-out target days: within each user, a seeded random `test_frac` of the days is test, so
     every user with >= 2 samples is in both parts (the paper's shared target-day split)."""
     samples = _as_list(sampleset_or_samples)
@@ -264,7 +271,8 @@ def split_target_days(sampleset_or_samples, *, test_frac: float = 0.3, seed: int
     return train, test
 
 
-def split_participants(sampleset_or_samples, *, test_frac: float = 0.3, seed: int = 0) -> tuple[list[Sample], list[Sample]]:
+def split_participants(sampleset_or_samples, *, test_frac: float = 0.3,
+                       seed: int = 0) -> tuple[list[Sample], list[Sample]]:
     """Participant-level split: a seeded random `test_frac` of the users (at least one) is test."""
     samples = _as_list(sampleset_or_samples)
     users = sorted({s.user for s in samples})

@@ -65,11 +65,42 @@ def dataset_summary(name: str, raw=None, *, seed: int = 0, return_samples: bool 
     return (out, samples) if return_samples else out
 
 
+TABLE5_COLUMNS = ["dataset", "target", "scale_min", "scale_max", "lookback_days", "cohort", "paper_n_samples",
+                  "source", "ours_users", "ours_n_samples", "ours_mean_predictor_mae", "paper_mean_predictor_mae"]
+_PAPER_NAMES = {"diversityone": "DiversityOne", "pmdata": "PMData", "globem": "GLOBEM"}
+
+
+def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
+    """Table 5 (evaluation sets): the paper's rows beside our counts, one row per summarised dataset.
+
+    `summaries` maps dataset name -> `dataset_summary(...)` dict. Lives in the library (not the notebook) so an
+    installed package can rebuild it; the paper's numbers come from the packaged `paper_tables`.
+    """
+    from balms.report import paper_table
+
+    unknown = sorted(set(summaries) - set(_PAPER_NAMES))
+    if unknown:
+        raise KeyError(f"table5_eval_sets: no paper row for dataset(s) {unknown}; known: {sorted(_PAPER_NAMES)}")
+    paper5 = paper_table("table5_eval_sets")
+    paper5["dataset_key"] = paper5["dataset"].str.lower()
+    ours = pd.DataFrame([{"dataset_key": d, "source": s["source"], "ours_users": s["n_users"],
+                          "ours_n_samples": s["n_samples"],
+                          "ours_mean_predictor_mae": None if s["mean_predictor_mae"] is None
+                          else round(s["mean_predictor_mae"], 3)}
+                         for d, s in summaries.items()],
+                        columns=["dataset_key", "source", "ours_users", "ours_n_samples", "ours_mean_predictor_mae"])
+    t5 = paper5.merge(ours, on="dataset_key", how="right").rename(columns={"n_samples": "paper_n_samples"})
+    mae = paper_table("table3_zero_shot_mae").iloc[0]
+    t5["paper_mean_predictor_mae"] = t5["dataset"].map(
+        {name: mae[f"{key}_mae"] for key, name in _PAPER_NAMES.items()})
+    return t5[TABLE5_COLUMNS]
+
+
 def write_all(datasets=paths.DATASETS, raw_root: Path | None = None) -> pd.DataFrame:
     rows = []
     for name in datasets:
-        summ, samples = dataset_summary(name, None if raw_root is None else Path(raw_root) / name, return_samples=True) \
-            if raw_root and (Path(raw_root) / name).is_dir() else dataset_summary(name, return_samples=True)
+        raw = Path(raw_root) / name if raw_root and (Path(raw_root) / name).is_dir() else None
+        summ, samples = dataset_summary(name, raw, return_samples=True)
         out = paths.processed_dir() / name
         out.mkdir(parents=True, exist_ok=True)
         samples.to_frame().to_parquet(out / "samples.parquet", index=False)

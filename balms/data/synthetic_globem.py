@@ -68,7 +68,7 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
     weekend = weekday >= 5
     raw: dict[str, list[pd.DataFrame]] = {s: [] for s in FEATURES}
     weekly, endterm, ema, platform = [], [], [], []
-    for u, pid in enumerate(pids):
+    for pid in pids:
         ios = rng.random() < 0.5
         platform.append({"pid": pid, "platform": "ios" if ios else "android"})
         # Person baselines (between-person differences) and daily AR(1) deviations.
@@ -94,7 +94,7 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
         seg_rows = {s: {} for s in FEATURES}
         n = n_days
 
-        def split(total, jitter=0.25):
+        def split(total, jitter=0.25, n=n):  # called in this iteration only
             shares = np.array([SEG_SHARE[s] for s in DAY_SEGMENTS])[:, None] * rng.lognormal(0, jitter, (4, n))
             shares /= shares.sum(0, keepdims=True)
             return {s: total * shares[i] for i, s in enumerate(DAY_SEGMENTS)}
@@ -103,7 +103,8 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
         seg_rows["steps"]["fitbit_steps_intraday_rapids_sumsteps"] = {**{k: np.round(v) for k, v in st.items()},
                                                                       "allday": np.round(steps)}
         seg_rows["steps"]["fitbit_steps_intraday_rapids_maxsteps"] = {
-            **{k: np.round(np.minimum(180, v / 25 + 20)) for k, v in st.items()}, "allday": np.round(np.minimum(190, steps / 80 + 40))}
+            **{k: np.round(np.minimum(180, v / 25 + 20)) for k, v in st.items()},
+            "allday": np.round(np.minimum(190, steps / 80 + 40))}
         seg_rows["steps"]["fitbit_steps_summary_rapids_maxsumsteps"] = {"allday": np.round(steps)}
         seg_rows["sleep"]["fitbit_sleep_summary_rapids_sumdurationasleepmain"] = {"allday": np.round(sleep)}
         eff = np.clip(np.round(94 - 0.02 * (mu_sleep - sleep) + rng.normal(0, 2, n)), 80, 99)
@@ -115,7 +116,7 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
         unl = {k: np.round(v / rng.uniform(2.5, 4.0)) for k, v in sc.items()}
         seg_rows["screen"]["phone_screen_rapids_countepisodeunlock"] = {**unl, "allday": sum(unl.values())}
         ent_seg = {k: np.clip(ent * f + rng.normal(0, 0.1, n), 0, None).round(6)
-                   for k, f in zip(DAY_SEGMENTS, (0.7, 0.9, 0.8, 0.1))}
+                   for k, f in zip(DAY_SEGMENTS, (0.7, 0.9, 0.8, 0.1), strict=True)}
         seg_rows["location"]["phone_locations_doryab_locationentropy"] = {**ent_seg, "allday": ent.round(6)}
         home = np.clip(1440 - 600 * ent / 1.3 + rng.normal(0, 60, n), 0, 1440)
         seg_rows["location"]["phone_locations_doryab_timeathome"] = {
@@ -124,13 +125,15 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
             per = {k: rng.poisson(lam * SEG_SHARE[k], n).astype(float) for k in DAY_SEGMENTS}
             seg_rows["call"][f"phone_calls_rapids_{kind}_count"] = {**per, "allday": sum(per.values())}
         bt = {k: rng.poisson(rng.uniform(3, 25) * SEG_SHARE[k] * 3, n).astype(float) + 1 for k in DAY_SEGMENTS}
-        seg_rows["bluetooth"]["phone_bluetooth_rapids_uniquedevices"] = {**bt, "allday": np.round(sum(bt.values()) * 0.8)}
+        seg_rows["bluetooth"]["phone_bluetooth_rapids_uniquedevices"] = {**bt,
+                                                                        "allday": np.round(sum(bt.values()) * 0.8)}
         seg_rows["bluetooth"]["phone_bluetooth_rapids_countscans"] = {k: v * 9 for k, v in
                                                                      {**bt, "allday": sum(bt.values())}.items()}
         wf = {k: rng.poisson(180 * SEG_SHARE[k] * 4, n).astype(float) for k in DAY_SEGMENTS}
         seg_rows["wifi"]["phone_wifi_connected_rapids_countscans"] = {**wf, "allday": sum(wf.values())}
         seg_rows["wifi"]["phone_wifi_connected_rapids_uniquedevices"] = {
-            **{k: np.round(np.sqrt(v) / 2) + 1 for k, v in wf.items()}, "allday": np.round(np.sqrt(sum(wf.values()))) + 1}
+            **{k: np.round(np.sqrt(v) / 2) + 1 for k, v in wf.items()},
+            "allday": np.round(np.sqrt(sum(wf.values()))) + 1}
 
         masks = {"steps": fit_ok, "sleep": sleep_ok, "screen": phone_ok, "location": phone_ok & (rng.random(n) > 0.05),
                  "call": phone_ok & (rng.random(n) > 0.45), "bluetooth": phone_ok & (rng.random(n) > 0.1),
@@ -147,7 +150,8 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
                         d = pd.Series(np.where(masks[sensor], by_seg["allday"], np.nan))
                         v = d.rolling(int(seg[:-5]), min_periods=1).sum().round(3).to_numpy()
                     elif seg in ("weekday", "weekend") and "allday" in by_seg:
-                        d = pd.Series(np.where(masks[sensor] & (weekend == (seg == "weekend")), by_seg["allday"], np.nan))
+                        on_days = masks[sensor] & (weekend == (seg == "weekend"))
+                        d = pd.Series(np.where(on_days, by_seg["allday"], np.nan))
                         v = d.rolling(7, min_periods=1).mean().ffill().round(3).to_numpy()
                     else:
                         v = np.full(n, np.nan)
@@ -163,7 +167,7 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
             t = min(n_days - 1, t + int(rng.integers(-1, 2)))
             w = slice(t - 7, t)
 
-            def m(a):
+            def m(a, w=w):  # called in this iteration only
                 a = a[w]
                 return float(np.nanmean(a)) if np.isfinite(a).any() else 0.0
 
@@ -189,7 +193,7 @@ def write_globem(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
         raw_cols = [f"{PREFIX[sensor]}:{f}:{seg}" for seg in SEGMENTS for f in feats]
         g = df.groupby("pid", sort=False)[raw_cols]
 
-        def per_row(q):  # the per-person quantile, broadcast back to the rows
+        def per_row(q, g=g, df=df):  # the per-person quantile, broadcast back to the rows
             return g.quantile(q).reindex(df["pid"]).set_axis(df.index)
 
         med, q1, q3, t1, t2 = (per_row(q) for q in (0.5, 0.25, 0.75, 1 / 3, 2 / 3))

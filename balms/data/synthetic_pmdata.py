@@ -134,7 +134,8 @@ def _exercise(rng, log_id: int, start: dt.datetime, name: str, type_id: int, has
             "logType": "auto_detected",
             "manualValuesSpecified": {"calories": False, "distance": False, "steps": False},
             "heartRateZones": [
-                {"name": z, "min": lo, "max": hi, "minutes": int(m)} for (z, lo, hi), m in zip(HR_ZONES, zone_min)
+                {"name": z, "min": lo, "max": hi, "minutes": int(m)}
+                for (z, lo, hi), m in zip(HR_ZONES, zone_min, strict=True)
             ],
             "lastModified": (end + dt.timedelta(minutes=int(rng.integers(5, 90)))).strftime("%m/%d/%y %H:%M:%S"),
             "startTime": start.strftime("%Y-%m-%d %H:%M:%S"),
@@ -200,7 +201,8 @@ def write_pmdata(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
                 continue
             n_rep = 2 if rng.random() < 0.01 else 1  # rare duplicate report, as in the real release
             for k in range(n_rep):
-                ts = dt.datetime.combine(d, dt.time(6)) + dt.timedelta(seconds=int(rng.integers(0, 4 * 3600)) + 5 * 3600 * k)
+                ts = dt.datetime.combine(d, dt.time(6)) + dt.timedelta(
+                    seconds=int(rng.integers(0, 4 * 3600)) + 5 * 3600 * k)
                 s = int(stress[t]) if rng.random() > 0.003 else 0  # rare out-of-range 0, as in the release
                 rows.append({
                     "effective_time_frame": ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(rng.integers(0, 1000)):03d}Z",
@@ -212,7 +214,8 @@ def write_pmdata(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
                     "sleep_quality": int(np.clip(np.round(3 - 0.5 * (def_z[t] if np.isfinite(def_z[t]) else 0)
                                                           + rng.normal(0, 0.5)), 1, 5)),
                     "soreness": int(np.clip(np.round(rng.normal(2.6, 0.7)), 1, 5)),
-                    "soreness_area": "[]" if rng.random() < 0.8 else f"[{int(rng.choice([12921003, 5849001, 41505006]))}]",
+                    "soreness_area": "[]" if rng.random() < 0.8
+                    else f"[{int(rng.choice([12921003, 5849001, 41505006]))}]",
                     "stress": s,
                 })
         pd.DataFrame(rows).to_csv(pm / "wellness.csv", index=False)
@@ -236,7 +239,7 @@ def write_pmdata(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
             else:
                 very = mod = light = 0
                 sed = 1440
-            for k, v in zip(mins, (very, mod, light, sed)):
+            for k, v in zip(mins, (very, mod, light, sed), strict=True):
                 mins[k].append({"dateTime": day, "value": str(v)})
             if not worn[t]:
                 continue
@@ -287,8 +290,10 @@ def write_pmdata(out_dir: Path, rng: np.random.Generator, n_users: int, n_days: 
             n_ex = int(rng.choice([0, 1, 1, 2, 2, 3]))
             day_ex_steps = 0
             for start_h in sorted(rng.choice(np.arange(7, 21), size=n_ex, replace=False)):
-                name, tid, has_steps, rate, kcal = ACTIVITIES[int(rng.choice(len(ACTIVITIES), p=[0.55, 0.2, 0.1, 0.08, 0.07]))]
-                start = dt.datetime.combine(d, dt.time(int(start_h), int(rng.integers(0, 60)), int(rng.integers(0, 60))))
+                pick = int(rng.choice(len(ACTIVITIES), p=[0.55, 0.2, 0.1, 0.08, 0.07]))
+                name, tid, has_steps, rate, kcal = ACTIVITIES[pick]
+                start = dt.datetime.combine(d, dt.time(int(start_h), int(rng.integers(0, 60)),
+                                                       int(rng.integers(0, 60))))
                 log_id += int(rng.integers(1_000, 90_000))
                 rec, st = _exercise(rng, log_id, start, name, tid, has_steps, rate, kcal, mu_rhr)
                 ex_rec.append(rec)
@@ -321,7 +326,8 @@ def _write_minute_steps(path: Path, parts: list[tuple[np.ndarray, np.ndarray]]) 
     if parts:
         stamps = np.char.replace(np.datetime_as_string(np.concatenate([p[0] for p in parts]), unit="s"), "T", " ")
         counts = np.concatenate([p[1] for p in parts]).astype(str)
-        body = ", ".join(f'{{"dateTime": "{t}", "value": "{c}"}}' for t, c in zip(stamps.tolist(), counts.tolist()))
+        body = ", ".join(f'{{"dateTime": "{t}", "value": "{c}"}}'
+                         for t, c in zip(stamps.tolist(), counts.tolist(), strict=True))
     else:
         body = ""
     path.write_text(f"[{body}]", encoding="utf-8")

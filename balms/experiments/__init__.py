@@ -11,8 +11,16 @@ Notebooks use `from balms import experiments as ex` and the names below.
 
 from balms.experiments.cohorts import Cohort, cohort, mean_predictor_rows, with_lookback
 from balms.experiments.config import ConfigError, ExperimentConfig, from_notebook, load
-from balms.experiments.grid import (Cell, GridResult, agent_options, grid_result, make_cell, run_cell,
-                                    run_cell_spec, run_grid)
+from balms.experiments.grid import (
+                                    Cell,
+                                    GridResult,
+                                    agent_options,
+                                    grid_result,
+                                    make_cell,
+                                    run_cell,
+                                    run_cell_spec,
+                                    run_grid,
+)
 from balms.experiments.judging import aggregate_judgements, ground_grid, judge_grid
 from balms.experiments.summaries import CELL_KEYS, PAPER_SYSTEM_NAMES, summarize, table3_paper_vs_ours
 

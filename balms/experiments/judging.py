@@ -64,7 +64,8 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                                                   target=win.target.label,
                                                   meta={"sample_id": r.sample_id, "dataset": d, "system": s,
                                                         "model": m, "user": r.user})
-                            done[r.sample_id] = {"sample_id": r.sample_id, "judge_model": judge_model, "judge_key": jkey,
+                            done[r.sample_id] = {"sample_id": r.sample_id, "judge_model": judge_model,
+                                                 "judge_key": jkey,
                                                  **res.model_dump()}
                             fh.write(json.dumps(done[r.sample_id], default=str) + "\n")
                             fh.flush()
@@ -77,7 +78,8 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                                      **{k: val for k, val in v["tier1"].items()},
                                      **{k: val for k, val in v["tier2"].items()},
                                      "judge_result": JudgeResult.model_validate(
-                                         {k: val for k, val in v.items() if k not in ("sample_id", "judge_model", "judge_key")})})
+                                         {k: val for k, val in v.items()
+                                          if k not in ("sample_id", "judge_model", "judge_key")})})
     return pd.DataFrame(rows)
 
 

@@ -27,7 +27,7 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
     rows = []
     for key, g in df.groupby(by, dropna=False, sort=False):
         key = key if isinstance(key, tuple) else (key,)
-        row = dict(zip(by, key))
+        row = dict(zip(by, key, strict=True))
         kw = {}
         if cfg is not None and "dataset" in row:
             co = cohort(row["dataset"], cfg)
@@ -60,7 +60,7 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
         col = f"{d}_{'cot_' if cot else ''}mae"
         pr = paper[paper["system"] == PAPER_SYSTEM_NAMES.get(s, s)]
         row = {"dataset": d, "system": PAPER_SYSTEM_NAMES.get(s, s)}
-        for b, v in zip(pr["backbone"], pr[col]):
+        for b, v in zip(pr["backbone"], pr[col], strict=True):
             row[f"paper {b}"] = v
         mp = paper.loc[paper["system"] == "Mean Predictor", f"{d}_mae"]
         row["paper mean predictor"] = float(mp.iloc[0]) if len(mp) else np.nan

@@ -29,7 +29,8 @@ def load_case(path: Path) -> dict:
             raise DataError(path, "expected {'unit': str, 'values': [numbers or null]}", field=f"window.{label}")
         bad = [v for v in spec["values"] if v is not None and not isinstance(v, (int, float))]
         if bad:
-            raise DataError(path, f"non-numeric value {bad[0]!r}; expected numbers or null", field=f"window.{label}.values")
+            raise DataError(path, f"non-numeric value {bad[0]!r}; expected numbers or null",
+                            field=f"window.{label}.values")
         lengths.add(len(spec["values"]))
     if len(lengths) != 1:
         raise DataError(path, f"channels have different lengths {sorted(lengths)}", field="window")

@@ -121,7 +121,8 @@ def _channels_of(window) -> tuple[list[_Chan], list[dt.date] | None]:
         chans = []
         for label, spec in window.items():
             if not isinstance(spec, Mapping) or "values" not in spec:
-                raise ValueError(f"window channel {label!r}: expected {{'unit': ..., 'values': [...]}}, got {spec!r:.80}")
+                raise ValueError(f"window channel {label!r}: expected {{'unit': ..., 'values': [...]}}, "
+                                 f"got {spec!r:.80}")
             chans.append(_Chan(str(label), str(spec.get("unit") or ""), [_shown_from_json(v) for v in spec["values"]],
                                {str(label).lower()}))
         return chans, None
@@ -273,8 +274,8 @@ def _day_tokens(text: str, n: int, dates: list[dt.date] | None) -> list[_Tok]:
     for m in re.finditer(r"\bdays?\s+(\d+)" + _DASH + r"(?:day\s+)?(\d+)(?!\.?\d)", low):
         a, b = int(m.group(1)), int(m.group(2))
         add(m, list(range(a, b + 1)) if a <= b else None, "range")
-    for m in re.finditer(r"\b(?:days\s+(\d+)\s+(?:to|through|until)\s+(?:day\s+)?(\d+)|day\s+(\d+)\s+(?:to|through|until)"
-                         r"\s+day\s+(\d+))(?!\.?\d)", low):
+    for m in re.finditer(r"\b(?:days\s+(\d+)\s+(?:to|through|until)\s+(?:day\s+)?(\d+)"
+                         r"|day\s+(\d+)\s+(?:to|through|until)\s+day\s+(\d+))(?!\.?\d)", low):
         a, b = (int(x) for x in (m.group(1, 2) if m.group(1) else m.group(3, 4)))
         add(m, list(range(a, b + 1)) if a <= b else None, "range")
     # lists: "days 3, 10, and 11", "days 3 and 10"
@@ -309,9 +310,12 @@ def _day_tokens(text: str, n: int, dates: list[dt.date] | None) -> list[_Tok]:
 
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _UNIT_RE = r"\s*(%|percent|minutes?|mins?|hours?|hrs?|seconds?|secs?|steps?|bpm|calls?|devices?|kcal|calories)\b|\s*(%)"
-_AGG_BEFORE = re.compile(r"\b(?:average|avg|mean|median|typical(?:ly)?|baseline|averaging|averaged)\b[^\d.]{0,40}$", re.I)
-_LABEL_BEFORE = re.compile(r"(?:score|level|label|rating|answer|predict\w*|phq-?\d?|scale|estimate)\W*(?:of|is|at|as|=|:|to|be)?\W*$", re.I)
-_REL_AFTER = re.compile(r"^\s*(?:%|percent)\s*(?:lower|higher|more|less|increase|decrease|drop|reduction|rise|decline|change|above|below)", re.I)
+_AGG_BEFORE = re.compile(r"\b(?:average|avg|mean|median|typical(?:ly)?|baseline|averaging|averaged)\b[^\d.]{0,40}$",
+                         re.I)
+_LABEL_BEFORE = re.compile(r"(?:score|level|label|rating|answer|predict\w*|phq-?\d?|scale|estimate)"
+                           r"\W*(?:of|is|at|as|=|:|to|be)?\W*$", re.I)
+_REL_AFTER = re.compile(r"^\s*(?:%|percent)\s*(?:lower|higher|more|less|increase|decrease|drop|reduction|rise|decline"
+                        r"|change|above|below)", re.I)
 
 
 _VALUE_RE = re.compile(
@@ -357,7 +361,8 @@ def _value_tokens(text: str, day_spans: list[tuple[int, int]],
             tok = _Tok("val", s, end, text[s:end], value=v, decimals=d)
         tok.unit = unit
         tok.aggregate = bool(_AGG_BEFORE.search(before))
-        tok.relative = bool(_REL_AFTER.match(after)) or (bool(re.search(r"\bby\s*$", before, re.I)) and unit in ("%", "percent"))
+        tok.relative = bool(_REL_AFTER.match(after)) or (bool(re.search(r"\bby\s*$", before, re.I))
+                                                         and unit in ("%", "percent"))
         toks.append(tok)
     return toks
 
@@ -383,14 +388,17 @@ def _mentions(sent: str, table: dict[str, list[int]]) -> list[tuple[int, int, st
 
 
 _CLAUSE_BREAK = re.compile(r"(?:[,;:(]|\band\b|\bwhile\b|\bwhereas\b|\bbut\b)", re.I)
-_DECREASE = re.compile(r"\b(decreas\w*|drop\w*|declin\w*|fell|fall\w*|lower\w*|reduc\w*|down\w*|dip\w*|shrank|went down)\b", re.I)
-_INCREASE = re.compile(r"\b(increas\w*|rose|rise\w*|rising|climb\w*|higher|grew|grow\w*|went up|up(?:ward)?|jump\w*|spik\w*)\b", re.I)
+_DECREASE = re.compile(r"\b(decreas\w*|drop\w*|declin\w*|fell|fall\w*|lower\w*|reduc\w*|down\w*|dip\w*|shrank"
+                       r"|went down)\b", re.I)
+_INCREASE = re.compile(r"\b(increas\w*|rose|rise\w*|rising|climb\w*|higher|grew|grow\w*|went up|up(?:ward)?|jump\w*"
+                       r"|spik\w*)\b", re.I)
 
 
 # ---------------------------------------------------------------- checking
 
 
-def _check_value(chan: _Chan, v: float | None, dec: int, unit: str | None, cited: list[int] | None) -> tuple[Status, list[int]]:
+def _check_value(chan: _Chan, v: float | None, dec: int, unit: str | None,
+                 cited: list[int] | None) -> tuple[Status, list[int]]:
     if v is None:
         found = [i + 1 for i, s in enumerate(chan.shown) if s == "NaN"]
     else:
@@ -405,7 +413,8 @@ def _check_value(chan: _Chan, v: float | None, dec: int, unit: str | None, cited
     return "supported", found
 
 
-def _check_aggregate(chan: _Chan, v: float, dec: int, unit: str | None, cited: list[int] | None) -> tuple[Status, list[int]]:
+def _check_aggregate(chan: _Chan, v: float, dec: int, unit: str | None,
+                     cited: list[int] | None) -> tuple[Status, list[int]]:
     days = cited or list(range(1, len(chan.shown) + 1))
     xs = [float(chan.shown[d - 1]) for d in days if 1 <= d <= len(chan.shown) and chan.shown[d - 1] != "NaN"]
     if not xs:
@@ -459,7 +468,7 @@ class _Segment:
 
 def _segments(sent: str, ments, vals: list[_Tok]) -> list[_Segment]:
     segs: list[_Segment] = []
-    for k, (ms, me, alias, cands) in enumerate(ments):
+    for k, (ms, _me, alias, cands) in enumerate(ments):
         start = ms
         if k == 0:
             start = 0
@@ -578,7 +587,8 @@ def _claims_of_segment(sent, seg: _Segment, sv: list[_Tok], sd: list[_Tok], chan
             continue
         used_vals |= {id(a), id(b)}
         da = next((d for d in sd if a.end <= d.start < b.start), None)
-        db = next((d for d in sd if b.end <= d.start and re.fullmatch(r"[\s(,]*(?:on|in)?\s*", sent[b.end:d.start], re.I)), None)
+        db = next((d for d in sd
+                   if b.end <= d.start and re.fullmatch(r"[\s(,]*(?:on|in)?\s*", sent[b.end:d.start], re.I)), None)
         if db is None and da is None:  # "decreases on day 8 (from 93% to 89%)": the change happens on that day
             db = next((d for d in sd if d.end <= a.start and id(d) not in used_days), None)
         for d in (da, db):
@@ -620,7 +630,8 @@ def _claims_of_segment(sent, seg: _Segment, sv: list[_Tok], sd: list[_Tok], chan
     note = ""
     if kind == "relative":
         for t, cited in vals_in:
-            checks.append(ValueCheck(value=t.value, text=t.text, cited_days=cited or [], status="unverifiable", role="value"))
+            checks.append(ValueCheck(value=t.value, text=t.text, cited_days=cited or [], status="unverifiable",
+                                     role="value"))
         note = "relative change (e.g. 'by 20%'): not checkable against shown values"
     for t, cited in ([] if kind == "relative" else vals_in):
         if cited is None:
@@ -652,7 +663,8 @@ def _trend_claim(sent, seg, a: _Tok, b: _Tok, da: _Tok | None, db: _Tok | None, 
     chan = chans[ci]
     seg_text = sent[seg.start:seg.end]
     st_b, found_b = _check_value(chan, b.value, b.decimals, unit, cb if cb is not None else [])
-    end_day = (sorted(set(found_b) & set(cb))[0] if cb and set(found_b) & set(cb) else (found_b[-1] if found_b and not cb else None))
+    end_day = (sorted(set(found_b) & set(cb))[0] if cb and set(found_b) & set(cb)
+               else (found_b[-1] if found_b and not cb else None))
     if ca:
         st_a, found_a = _check_value(chan, a.value, a.decimals, unit, ca)
     else:  # no day for the start: the latest occurrence before the end day

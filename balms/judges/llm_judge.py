@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, Field
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from balms.judges.rubric import (
     DIMENSIONS,
@@ -31,7 +30,8 @@ from balms.judges.rubric import (
     judge_json_schema,
     repair_message,
 )
-from balms.models.base import Backend, BackendError, Completion, GenParams, Message
+from balms.models.base import Backend, BackendError, GenParams, Message
+from balms.models.retrying import with_retries
 
 # Fallback target descriptions when a record's window is given as plain text (no Window.target).
 DATASET_TARGETS: dict[str, tuple[str, int, int]] = {
@@ -222,14 +222,9 @@ def parse_judgement(text: str) -> tuple[dict, dict, dict]:
 # ---------------------------------------------------------------- judging
 
 
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, BackendError) and exc.transient
-
-
-@retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(3),
-       wait=wait_exponential(multiplier=1, min=1, max=20), reraise=True)
-def _generate(backend: Backend, messages: list[Message], params: GenParams) -> Completion:
-    return backend.generate(messages, params)
+# Extra attempts for transient errors when the judge backend has no retry layer of its own. A backend from
+# `get_backend` for a remote model already retries; stacking a second layer would multiply the attempts.
+JUDGE_RETRIES = 2
 
 
 def judge_rationale(
@@ -252,6 +247,7 @@ def judge_rationale(
     `unscored_reason` (empty rationale, backend error, or output still invalid after one repair).
     """
     model_id = getattr(backend, "model_id", "")
+    backend = with_retries(backend, retries=JUDGE_RETRIES)  # exactly one retry layer (the backend's or ours)
     res = JudgeResult(model_id=model_id, justify=justify, meta=dict(meta or {}))
     if not (rationale or "").strip():
         res.unscored_code, res.unscored_reason = "empty_rationale", "the rationale is empty; nothing to judge"
@@ -263,14 +259,14 @@ def judge_rationale(
     error = ""
     for attempt in (1, 2):
         try:
-            comp = _generate(backend, messages, params)
+            comp = backend.generate(messages, params)
         except BackendError as exc:
             if params.json_schema is not None and not exc.transient:
                 # the backend refuses the schema: fall back to free text + robust extraction
                 res.meta["schema_refused"] = str(exc)[:200]
                 params = dataclasses.replace(params, json_schema=None)
                 try:
-                    comp = _generate(backend, messages, params)
+                    comp = backend.generate(messages, params)
                 except BackendError as exc2:
                     exc = exc2
                     comp = None
@@ -346,6 +342,7 @@ def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kw
     from balms.data.schema import Window
     from balms.records import PredictionRecord
 
+    backend = with_retries(backend, retries=JUDGE_RETRIES)  # one layer for all records, not one per call
     out = []
     for rec in records:
         rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
@@ -418,7 +415,8 @@ def aggregate_judgements(results: Iterable[JudgeResult]) -> dict:
     }
 
 
-def judgement_table(results: Iterable[JudgeResult], by: tuple[str, ...] = ("dataset", "system", "model")) -> pd.DataFrame:
+def judgement_table(results: Iterable[JudgeResult],
+                    by: tuple[str, ...] = ("dataset", "system", "model")) -> pd.DataFrame:
     """One row per group of `result.meta[by]`: counts, Tier-1 rates, headline, Tier-2 means."""
     results = list(results)
     groups: dict[tuple, list[JudgeResult]] = {}
@@ -427,7 +425,7 @@ def judgement_table(results: Iterable[JudgeResult], by: tuple[str, ...] = ("data
     rows = []
     for key, rs in groups.items():
         agg = aggregate_judgements(rs)
-        row = dict(zip(by, key))
+        row = dict(zip(by, key, strict=True))
         row.update(n=agg["n"], n_scored=agg["n_scored"], n_unscored=agg["n_unscored"])
         for d, r in agg["tier1"].iterrows():
             row[f"{d}_invocation"] = r["invocation_rate"]

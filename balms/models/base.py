@@ -67,6 +67,7 @@ class BackendError(RuntimeError):
 
 @runtime_checkable
 class Backend(Protocol):
-    model_id: str  # exact id, e.g. "Qwen/Qwen2.5-14B-Instruct" or "gguf:qwen2.5-coder-1.5b-instruct-q4_k_m@sha256:cc32..."
+    # exact id, e.g. "Qwen/Qwen2.5-14B-Instruct" or "gguf:qwen2.5-coder-1.5b-instruct-q4_k_m@sha256:cc32..."
+    model_id: str
 
     def generate(self, messages: Sequence[Message], params: GenParams) -> Completion: ...

@@ -187,7 +187,8 @@ def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: 
     name = name or default_model_name()
     if cache_mode == "replay":  # never calls the model: no server, key or model file needed
         s = spec(name)
-        mid = overrides.get("model_id") or (os.environ.get("BALMS_ANTHROPIC_MODEL") if s.backend == "anthropic" else None)
+        env_mid = os.environ.get("BALMS_ANTHROPIC_MODEL") if s.backend == "anthropic" else None
+        mid = overrides.get("model_id") or env_mid
         raw = ReplayOnlyBackend(mid or s.model_id, s.name)
         return CachedBackend(raw, shared_cache(cache_path), mode="replay")
     retries = overrides.pop("retries", 4)

@@ -4,7 +4,8 @@
 Retries live at the call level so a multi-step agent never redoes finished steps. `get_backend` puts one
 under the cache for remote backends (HTTP, Anthropic), so judges and notebooks get retries too; the runner
 wraps the backend it hands to agents in another that adds the per-call timeout (and retries only when the
-backend has no retry layer of its own).
+backend has no retry layer of its own). Callers that need retries use `with_retries`, which adds a layer only
+where none exists: two stacked layers multiply the attempts (3 x 5 = 15 calls to a failing server).
 """
 
 from __future__ import annotations
@@ -128,3 +129,22 @@ class RetryingBackend:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def retry_layer(backend, max_depth: int = 8) -> RetryingBackend | None:
+    """The first RetryingBackend in a wrapper chain (each wrapper exposes the next as `.backend`), else None."""
+    for _ in range(max_depth):
+        if isinstance(backend, RetryingBackend):
+            return backend
+        backend = getattr(backend, "backend", None)
+        if backend is None:
+            return None
+    return None
+
+
+def with_retries(backend, *, retries: int, **kwargs):
+    """`backend` itself when its chain already retries (e.g. a remote model from `get_backend`), else the
+    backend wrapped in a RetryingBackend with `retries` extra attempts: exactly one retry layer either way."""
+    if retry_layer(backend) is not None:
+        return backend
+    return RetryingBackend(backend, retries=retries, **kwargs)
