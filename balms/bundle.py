@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -43,8 +44,8 @@ def _run_model_ids(profile: str) -> set[str]:
     return ids
 
 
-def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None) -> dict:
-    """Write the profile's responses and RAPTOR summaries to `out` (.jsonl.gz); returns counts and sha256."""
+def responses_payload(profile: str, *, cache_dir: Path | None = None) -> tuple[bytes, dict]:
+    """The profile's journalled responses and its models' RAPTOR summaries as sorted JSONL bytes, and counts."""
     cdir = cache_dir or paths.cache_dir()
     keys = _journal_keys(profile)
     lines = [json.dumps({"format": FORMAT, "profile": profile}, sort_keys=True)]
@@ -82,26 +83,39 @@ def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None) 
         finally:
             con.close()
     payload = ("\n".join(lines) + "\n").encode("utf-8")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    return payload, {"responses": len(keys), "raptor_summaries": n_summ}
+
+
+def _gzip(data: bytes) -> bytes:
     buf = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
-        gz.write(payload)
-    out.write_bytes(buf.getvalue())
-    return {"responses": len(keys), "raptor_summaries": n_summ, "bytes": out.stat().st_size,
-            "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
+        gz.write(data)
+    return buf.getvalue()
+
+
+def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None) -> dict:
+    """Write the profile's responses and RAPTOR summaries to `out` (.jsonl.gz); returns counts and sha256."""
+    payload, counts = responses_payload(profile, cache_dir=cache_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(_gzip(payload))
+    return counts | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
 
 
 def import_responses(path: Path, *, cache_dir: Path | None = None) -> dict:
     """Load an exported file into the local response and summary caches (existing rows are kept)."""
+    try:
+        text = gzip.decompress(Path(path).read_bytes()).decode("utf-8")
+    except (OSError, EOFError) as exc:
+        raise DataError(path, f"not a gzip'd responses file: {exc}") from None
+    return _load_responses(text, path, cache_dir=cache_dir)
+
+
+def _load_responses(text: str, path, *, cache_dir: Path | None = None) -> dict:
     from balms.agents.raptor import SummaryCache
     from balms.models.base import Completion
     from balms.models.cache import ResponseCache
 
     cdir = cache_dir or paths.cache_dir()
-    try:
-        text = gzip.decompress(Path(path).read_bytes()).decode("utf-8")
-    except (OSError, EOFError) as exc:
-        raise DataError(path, f"not a gzip'd responses file: {exc}") from None
     lines = text.splitlines()
     head = json.loads(lines[0]) if lines else {}
     if head.get("format") != FORMAT:
@@ -131,6 +145,152 @@ def import_responses(path: Path, *, cache_dir: Path | None = None) -> dict:
     return n
 
 
+# ------------------------------------------------------------------------------------------ bundles ------
+BUNDLE_FORMAT = "balms-bundle/1"
+BUNDLE_README = """# balms results bundle: {profile}
+
+Everything needed to regenerate the tables and figures of the `{profile}` profile without calling a model:
+
+- `runs/{profile}/`: every cell's records (JSONL), manifests (cell spec, versions, llama.cpp build, usage)
+  and judge verdicts, exactly as the exporting machine wrote them;
+- `responses.jsonl`: the model responses those runs used (response-cache rows, keyed by exact model id and
+  decoding parameters) and the RAPTOR day summaries, so a changed library can re-run cells from them;
+- `BUNDLE.json`: the sha256 of every file above, the data-table fingerprints the runs read, the git commit,
+  package versions and llama.cpp build of the exporter.
+
+Install and replay (the import verifies every checksum and the data fingerprints first):
+
+    balms bundle import {name}
+    make paper PROFILE={profile} P="-p cache_mode replay"
+"""
+
+
+def _tar_bytes(files: dict[str, bytes]) -> bytes:
+    """A deterministic .tar.gz: sorted members, fixed mtime/owner/mode, gzip without a timestamp."""
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(files[name]), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(files[name]))
+    return _gzip(buf.getvalue())
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | None = None) -> dict:
+    """One archive with the profile's runs, the responses they used, checksums and provenance."""
+    root = paths.runs_dir() / profile
+    if not root.is_dir():
+        raise DataError(root, f"no runs for profile {profile!r}: run `make paper PROFILE={profile}` first")
+    out = Path(out) if out else paths.PROJECT_ROOT / "results" / profile / f"{profile}.bundle.tar.gz"
+    files: dict[str, bytes] = {}
+    fingerprints: dict[str, set] = {}
+    builds, commits = set(), set()
+    for f in sorted(root.rglob("*")):
+        if not f.is_file() or f.suffix in (".lock", ".tmp") or f.name == "cache_keys.log":
+            continue
+        rel = f"runs/{profile}/{f.relative_to(root).as_posix()}"
+        files[rel] = f.read_bytes()
+        if f.name.endswith(".manifest.json"):
+            man = json.loads(files[rel])
+            cell = man.get("cell") or {}
+            if cell.get("dataset"):
+                fingerprints.setdefault(cell["dataset"], set()).add(cell.get("data_fingerprint"))
+            builds.add(man.get("llama_cpp_build"))
+            commits.add((man.get("git") or {}).get("commit"))
+    payload, counts = responses_payload(profile, cache_dir=cache_dir)
+    files["responses.jsonl"] = payload
+    files["README.md"] = BUNDLE_README.format(profile=profile, name=out.name).encode()
+    meta = {"format": BUNDLE_FORMAT, "profile": profile,
+            "files": {k: _sha(v) for k, v in sorted(files.items())},
+            "data_fingerprints": {d: sorted(x for x in v if x) for d, v in sorted(fingerprints.items())},
+            "llama_cpp_builds": sorted(b for b in builds if b), "git_commits": sorted(c for c in commits if c),
+            "counts": counts | {"run_files": sum(k.endswith(".jsonl") for k in files if k.startswith("runs/"))}}
+    files["BUNDLE.json"] = json.dumps(meta, indent=2, sort_keys=True).encode()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(_tar_bytes(files))
+    return meta["counts"] | {"path": str(out), "bytes": out.stat().st_size, "sha256": _sha(out.read_bytes())}
+
+
+def _read_bundle(path: Path) -> dict[str, bytes]:
+    import tarfile
+
+    try:
+        with tarfile.open(path, mode="r:gz") as tar:
+            out = {}
+            for m in tar.getmembers():
+                if not m.isfile() or m.name.startswith("/") or ".." in Path(m.name).parts:
+                    raise DataError(path, f"unsafe or unexpected member {m.name!r}")
+                out[m.name] = tar.extractfile(m).read()
+            return out
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise DataError(path, f"not a balms bundle (.tar.gz): {exc}") from None
+
+
+def verify_bundle(path: Path) -> tuple[dict, dict[str, bytes]]:
+    """Check the format and every file's sha256; a changed, missing or extra file is refused by name."""
+    files = _read_bundle(Path(path))
+    if "BUNDLE.json" not in files:
+        raise DataError(path, "no BUNDLE.json inside: not a balms bundle")
+    meta = json.loads(files.pop("BUNDLE.json"))
+    if meta.get("format") != BUNDLE_FORMAT:
+        raise DataError(path, f"expected format {BUNDLE_FORMAT!r}, got {meta.get('format')!r}")
+    want = meta["files"]
+    for name in sorted(set(want) | set(files)):
+        if name not in files:
+            raise DataError(path, f"{name}: listed in BUNDLE.json but missing from the archive")
+        if name not in want:
+            raise DataError(path, f"{name}: in the archive but not listed in BUNDLE.json")
+        if _sha(files[name]) != want[name]:
+            raise DataError(path, f"{name}: checksum mismatch (sha256 {_sha(files[name])[:12]}..., BUNDLE.json "
+                            f"says {want[name][:12]}...): the bundle was altered")
+    return meta, files
+
+
+def check_data(meta: dict, raw_root: str | None = None) -> list[str]:
+    """Datasets whose local tables differ from those the bundle's runs read (a replay would not match)."""
+    from balms.data.loading import load_dataset
+
+    problems = []
+    for dataset, fps in meta.get("data_fingerprints", {}).items():
+        local = load_dataset(dataset, Path(raw_root) if raw_root else None).fingerprint()
+        if fps and local not in fps:
+            problems.append(f"{dataset}: local tables fingerprint {local}, the bundle's runs read {fps}")
+    return problems
+
+
+def import_bundle(path: Path, *, cache_dir: Path | None = None, check_local_data: bool = True,
+                  raw_root: str | None = None) -> dict:
+    """Verify, then install the runs (refusing to overwrite different files) and the responses."""
+    meta, files = verify_bundle(Path(path))
+    if check_local_data:
+        probs = check_data(meta, raw_root)
+        if probs:
+            raise DataError(path, "the local data differ from the data the bundle was made with: "
+                            + "; ".join(probs) + " (point BALMS_RAW_DIR at the same data, or pass --no-data-check "
+                            "to install anyway: cells will then re-run against your data)")
+    installed = 0
+    for name, data in sorted(files.items()):
+        if not name.startswith("runs/"):
+            continue
+        dest = paths.runs_dir() / Path(name).relative_to("runs")
+        if dest.exists() and dest.read_bytes() != data:
+            raise DataError(dest, f"exists with different content; move it away before importing {path}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data)
+        installed += 1
+    counts = _load_responses(files["responses.jsonl"].decode("utf-8"), f"{path}:responses.jsonl",
+                             cache_dir=cache_dir)
+    return {"profile": meta["profile"], "run_files": installed, **counts}
+
+
 def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol: float = 1e-9) -> list[str]:
     """Differences between every CSV table in `committed` and its regenerated counterpart in `ours`
     (index.csv and latency columns aside). Empty list = reproduced."""
@@ -157,7 +317,7 @@ def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol:
 
 
 def register(sub) -> None:
-    """`balms bundle export-responses|import-responses|compare`."""
+    """`balms bundle export|import|verify|export-responses|import-responses|compare`."""
     p = sub.add_parser("bundle", help="carry a profile's model responses to another machine and check tables")
     s = p.add_subparsers(dest="cmd", required=True)
     e = s.add_parser("export-responses", help="the responses a profile's runs used -> one .jsonl.gz")
@@ -165,12 +325,34 @@ def register(sub) -> None:
     e.add_argument("--out", required=True)
     i = s.add_parser("import-responses", help="load an exported responses file into the local caches")
     i.add_argument("file")
+    b = s.add_parser("export", help="one archive with a profile's runs, the responses they used and checksums")
+    b.add_argument("--profile", required=True)
+    b.add_argument("--out", default=None, help="default: results/<profile>/<profile>.bundle.tar.gz")
+    bi = s.add_parser("import", help="verify a bundle's checksums and data, then install its runs and responses")
+    bi.add_argument("file")
+    bi.add_argument("--no-data-check", action="store_true", help="install even if the local data differ")
+    v = s.add_parser("verify", help="check a bundle's checksums without installing it")
+    v.add_argument("file")
     c = s.add_parser("compare", help="regenerated tables vs committed ones (latency columns aside)")
     c.add_argument("--ours", required=True)
     c.add_argument("--committed", required=True)
 
     def run(a) -> int:
-        if a.cmd == "export-responses":
+        try:
+            return _dispatch(a)
+        except DataError as exc:
+            print(f"balms bundle: {exc}", file=sys.stderr)
+            return 2
+
+    def _dispatch(a) -> int:
+        if a.cmd == "export":
+            print(json.dumps(export_bundle(a.profile, Path(a.out) if a.out else None)))
+        elif a.cmd == "import":
+            print(json.dumps(import_bundle(Path(a.file), check_local_data=not a.no_data_check)))
+        elif a.cmd == "verify":
+            meta, _ = verify_bundle(Path(a.file))
+            print(json.dumps({"profile": meta["profile"], "files": len(meta["files"]), **meta["counts"]}))
+        elif a.cmd == "export-responses":
             print(json.dumps(export_responses(a.profile, Path(a.out))))
         elif a.cmd == "import-responses":
             print(json.dumps(import_responses(Path(a.file))))

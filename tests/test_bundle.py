@@ -5,6 +5,7 @@ committed ones, latency aside."""
 from __future__ import annotations
 
 import gzip
+import json
 
 import pandas as pd
 import pytest
@@ -75,3 +76,62 @@ def test_compare_tables_sets_latency_aside_and_catches_real_changes(tmp_path):
     assert bundle.compare_tables(tmp_path / "b", tmp_path / "a")[0].startswith("cells.csv")
     (tmp_path / "a" / "extra.csv").write_text("x\n1\n")
     assert any("not regenerated" in p for p in bundle.compare_tables(tmp_path / "b", tmp_path / "a"))
+
+
+def _make_profile_runs(tmp_path, monkeypatch, profile="p", dataset="pmdata", fp="0" * 16):
+    from balms.cellspec import CellSpec
+
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BALMS_CACHE_JOURNAL", str(bundle.journal_path(profile)))
+    samples = make_samples(3)
+    spec = CellSpec(dataset=dataset, system="tiny", model="fake", model_id="fake-model", cot=False, lookback=14,
+                    sample_ids=tuple(s.sample_id for s in samples), data_fingerprint=fp, code_fingerprint="c")
+    cache = ResponseCache(tmp_path / "c1" / "responses.sqlite")
+    out = spec.run_path(tmp_path / "runs" / profile)
+    run_samples(TinyAgent(), CachedBackend(FakeBackend(), cache), samples, None, out, progress=False, spec=spec)
+    cache.close()
+    monkeypatch.delenv("BALMS_CACHE_JOURNAL")
+    return out
+
+
+def test_bundle_round_trip_is_deterministic_and_installs_runs_and_responses(tmp_path, monkeypatch):
+    run_file = _make_profile_runs(tmp_path, monkeypatch)
+    b1 = bundle.export_bundle("p", tmp_path / "p.tar.gz", cache_dir=tmp_path / "c1")
+    b2 = bundle.export_bundle("p", tmp_path / "again" / "p.tar.gz", cache_dir=tmp_path / "c1")
+    assert b1["sha256"] == b2["sha256"] and b1["responses"] == 3 and b1["run_files"] == 1
+    meta, files = bundle.verify_bundle(tmp_path / "p.tar.gz")
+    assert "README.md" in files and meta["data_fingerprints"] == {"pmdata": ["0" * 16]}
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "elsewhere"))
+    got = bundle.import_bundle(tmp_path / "p.tar.gz", cache_dir=tmp_path / "c2", check_local_data=False)
+    assert got["run_files"] >= 2 and got["responses"] == 3  # records + manifest
+    moved = tmp_path / "elsewhere" / run_file.relative_to(tmp_path / "runs")
+    assert moved.read_bytes() == run_file.read_bytes()
+    assert len(ResponseCache(tmp_path / "c2" / "responses.sqlite")) == 3
+
+
+def test_tampered_bundle_is_refused_naming_the_file(tmp_path, monkeypatch):
+    import tarfile
+
+    _make_profile_runs(tmp_path, monkeypatch)
+    good = tmp_path / "p.tar.gz"
+    bundle.export_bundle("p", good, cache_dir=tmp_path / "c1")
+    with tarfile.open(good) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    rec_name = next(n for n in files if n.endswith(".jsonl") and n.startswith("runs/"))
+    lines = files[rec_name].decode().splitlines()
+    rec = json.loads(lines[0])
+    rec["prediction"] = 5 if rec["prediction"] != 5 else 1  # one record changed
+    files[rec_name] = ("\n".join([json.dumps(rec)] + lines[1:]) + "\n").encode()
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(bundle._tar_bytes(files))
+    with pytest.raises(DataError, match=rf"{rec_name.split('/')[-1]}: checksum mismatch"):
+        bundle.import_bundle(bad, cache_dir=tmp_path / "c3", check_local_data=False)
+    assert not (tmp_path / "c3" / "responses.sqlite").exists()  # nothing installed
+
+
+def test_bundle_made_on_other_data_is_refused(tmp_path, monkeypatch, real_data):
+    _make_profile_runs(tmp_path, monkeypatch, dataset="pmdata", fp="f" * 16)
+    f = tmp_path / "p.tar.gz"
+    bundle.export_bundle("p", f, cache_dir=tmp_path / "c1")
+    with pytest.raises(DataError, match="pmdata: local tables fingerprint"):
+        bundle.import_bundle(f, cache_dir=tmp_path / "c2", raw_root=str(real_data))
