@@ -66,9 +66,11 @@ test-fast: ## Fast tests (no model, no server)
 test-slow: ## Tests that run a real small model, a real llama.cpp server or the sandbox
 	$(PY) -m pytest -q -m "slow" -p no:cacheprovider
 
-test-notebooks: ## Execute the notebooks in the smoke profile and check them with nbval
-	$(MAKE) --no-print-directory paper PROFILE=smoke
-	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/executed/smoke
+NB_TEST := build/test-notebooks
+test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder, current code) and check them with nbval
+	rm -rf $(NB_TEST)
+	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
+	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(NB_TEST)/executed
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all
