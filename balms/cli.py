@@ -4,6 +4,7 @@
     balms sandbox selftest --json
     balms judge ground --case FILE --json
     balms run ...
+    balms prompt --dataset pmdata --user p01 --target 2019-11-15 --style paper
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ COMMAND_MODULES = [
     ("run", "balms.run_cli"),
     ("sandbox", "balms.agents.sandbox_cli"),
     ("judge", "balms.judges.cli"),
+    ("prompt", "balms.agents.prompt_cli"),
 ]
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from balms.agents import prompts
 from balms.agents.common import (Episode, build_record, channels_option, get_window, parse_for,
-                                 per_sample_seed, resolve_channels, select_subday_channels)
+                                 per_sample_seed, select_subday_channels)
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
@@ -113,8 +113,11 @@ class PhiaAgent:
         return opts
 
     def _setup(self, sample: Sample, tables: DatasetTables):
-        # PHIA's default is the user's full record: every daily channel (not the Health-LLM prompt set).
-        chans = resolve_channels(tables, "all" if self.channels is None else self.channels)
+        # PHIA's default is the user's full record: every daily channel (not the Health-LLM prompt set), with
+        # the corrected recipe only (PMData's sleep_minutes_paper duplicate is left out unless named).
+        from balms.agents.styles import prompt_channels
+
+        chans = prompt_channels(tables, "all" if self.channels is None else self.channels, "corrected")
         window = get_window(tables, sample, context=self.context, channels=chans)
         frames = user_frames(tables, window, chans)
         schema = None

@@ -53,7 +53,7 @@ CHANNELS = [
     Channel("resting_hr", "Resting heart rate", "bpm", "wearable", "Fitbit daily resting heart rate", 1),
     Channel("sleep_minutes", "Sleep minutes", "minutes", "wearable", "minutes asleep in the main sleep ending that date", 0,
             recipe="corrected"),
-    Channel("sleep_minutes_paper", "Sleep minutes (time in bed, paper recipe)", "minutes", "wearable",
+    Channel("sleep_minutes_paper", "Sleep minutes (paper recipe)", "minutes", "wearable",
             "sum of sleep.json duration (time in bed) over logs starting that date, duplicates included "
             "(the paper's Health-LLM recipe)", 0, recipe="paper"),
     Channel("time_in_bed", "Time in bed", "minutes", "wearable", "time in bed of the main sleep ending that date", 0),

@@ -307,7 +307,8 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     resolution (`balms.agents.common`), so the judge sees exactly the agent's window text."""
     import datetime as dt
 
-    from balms.agents.common import get_window, resolve_channels
+    from balms.agents.common import get_window
+    from balms.agents.styles import prompt_channels
     from balms.data.samples import sample_from_row
 
     if rec.dataset not in tables_by_dataset:
@@ -318,8 +319,13 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     sample = sample_from_row({"dataset": rec.dataset, "user": rec.user, "target_date": target, "label": rec.label,
                               "lookback": rec.lookback, "window_end": end,
                               "window_start": end - dt.timedelta(days=rec.lookback - 1), "source": rec.source})
-    opt = rec.options.get("channels", "default")
-    chans = resolve_channels(t, None if opt in (None, "default") else opt)
+    shown = rec.options.get("prompt_channels")  # recorded by the prompt agents: exactly what the prompt showed
+    if shown:
+        chans = [t.channel(n) for n in shown]
+    else:  # older records and PHIA: the option as given, under the style recorded (none = corrected)
+        opt = rec.options.get("channels", "default")
+        style = rec.options.get("style", "corrected")
+        chans = prompt_channels(t, None if opt in (None, "default") else opt, style)
     return get_window(t, sample, context=rec.options.get("context", True), channels=chans)
 
 
