@@ -238,3 +238,14 @@ def memory_prompt(window: Window, chans: list[Channel], items: list[str], *, cot
         *question_block(window),
         *output_block(cot),
     ])
+
+
+def judge_window_text(window: Window, chans: list[Channel] | None = None) -> str:
+    """The window as a paper-style agent saw it, for the judge: the same sensor lines, under a header that
+    also gives the day numbering (oldest first) the rubric's temporal dimensions are checked against."""
+    chans = chans if chans is not None else window.channels
+    s = window.sample
+    n = len(window.daily.index)
+    head = (f"Sensor signals (look-back window), one value per day, oldest first: day 1 = "
+            f"{s.window_start.isoformat()}, day {n} = {s.window_end.isoformat()}. NaN = missing.")
+    return "\n".join([head, *sensor_lines(window, chans)])

@@ -358,7 +358,12 @@ def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kw
         rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
         win = _window_for(rec, tables_or_window_fn)
         if isinstance(win, Window):
-            text = render_window(win)
+            if rec.options.get("style") == "paper":  # the window in the notation the agent was shown
+                from balms.agents.paper_prompts import judge_window_text
+
+                text = judge_window_text(win)
+            else:
+                text = render_window(win)
             target, scale = win.target.label, (win.target.scale_min, win.target.scale_max)
         elif isinstance(win, str):
             if rec.dataset not in DATASET_TARGETS:
