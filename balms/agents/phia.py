@@ -104,7 +104,7 @@ class PhiaAgent:
                 "context": self.context if isinstance(self.context, bool) else list(self.context),
                 "executor": self.executor, "max_iters": int(self.max_iters),
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
-                "prompt_version": prompts.PROMPT_VERSION}
+                "prompt_version": prompts.PHIA_PROMPT_VERSION}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
         from balms.agents.sandbox import SandboxLimits
 

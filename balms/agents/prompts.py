@@ -31,8 +31,9 @@ PAPER_SYSTEM_PROMPT = "You are a helpful assistant."
 
 # Bump when any prompt text changes (recorded in PredictionRecord.options as prompt_version), one per
 # style so records and response caches tell them apart.
-PROMPT_VERSION = "v6"  # corrected style and PHIA. v6: RAG shows the retrieved days + the query day only
+PROMPT_VERSION = "v6"  # corrected style. v6: RAG shows the retrieved days + the query day only
 PAPER_PROMPT_VERSION = "paper-v1"  # Appendix D template (balms.agents.paper_prompts)
+PHIA_PROMPT_VERSION = "v5"  # PHIA's prompts (unchanged by the styles)
 
 
 def prompt_version(style: str) -> str:
