@@ -367,3 +367,32 @@ def test_summary_cache_written_before_usage_was_kept_still_reads(tmp_path):
     assert cache.get(("pmdata", "p01", "2019-11-02", "m", "sha")) == (
         "new", {"prompt_tokens": 9, "completion_tokens": 2, "latency_s": 1.5})
     assert cache.get(("pmdata", "p01", "2019-11-03", "m", "sha")) is None
+
+
+def test_paper_style_without_the_paper_recipe_is_a_clear_error(pm):
+    import dataclasses
+
+    tables, samples = pm
+    old = dataclasses.replace(tables, channels=[c for c in tables.channels if c.name != "sleep_minutes_paper"],
+                              daily=tables.daily.drop(columns="sleep_minutes_paper"))
+    with pytest.raises(ValueError, match="sleep_minutes_paper"):
+        make_agent("healthllm").first_prompt(samples[0], old)
+    assert make_agent("healthllm", style="corrected").first_prompt(samples[0], old)
+
+
+@pytest.mark.parametrize("name", ["pmdata", "globem"])
+def test_rag_prompt_size_does_not_grow_with_the_look_back(name, cheap, real_data):
+    """Same target days at look-back 7 and 28: the paper's RAG prompt stays within 10% (the full-window
+    prompt, context_window=True, grows)."""
+    import dataclasses
+
+    tables, s28 = samples_of("real", name, 28)
+    s28 = s28[:: max(len(s28) // 5, 1)][:5]
+    s7 = [dataclasses.replace(s, lookback=7, window_start=s.window_end - dt.timedelta(days=6)) for s in s28]
+    for style in ("paper", "corrected"):
+        n = {L: sum(len(make_agent("rag", style=style).first_prompt(s, tables)[1].content) for s in ss)
+             for L, ss in ((7, s7), (28, s28))}
+        assert abs(n[28] / n[7] - 1) < 0.10, (style, n)
+        full = {L: sum(len(make_agent("rag", style=style, context_window=True).first_prompt(s, tables)[1].content)
+                       for s in ss) for L, ss in ((7, s7), (28, s28))}
+        assert full[28] > 1.2 * full[7], (style, full)

@@ -44,7 +44,11 @@ def prompt_channels(tables: DatasetTables, channels, style: str) -> list[Channel
     if channels is None and style == "paper":
         default = PAPER_PROMPT_CHANNELS.get(tables.name)
         have = {c.name for c in tables.channels}
-        if default and all(n in have for n in default):
+        if default:
+            missing = [n for n in default if n not in have]
+            if missing:
+                raise ValueError(f"{tables.name}: the paper style needs channel(s) {missing}, which these tables "
+                                 f"lack (load them with the current loader), or use style='corrected'")
             return [tables.channel(n) for n in default]
     chans = resolve_channels(tables, channels)
     if _explicit(channels):
