@@ -4,6 +4,7 @@
     balms sandbox selftest --json
     balms judge ground --case FILE --json
     balms run ...
+    balms prompt --dataset pmdata --user p01 --target 2019-11-15 --style paper
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ COMMAND_MODULES = [
     ("bundle", "balms.bundle"),
     ("sandbox", "balms.agents.sandbox_cli"),
     ("judge", "balms.judges.cli"),
+    ("prompt", "balms.agents.prompt_cli"),
 ]
 
 

@@ -16,6 +16,7 @@ from typing import Iterable
 import pandas as pd
 
 from balms import paths
+from balms.paper import paper_table  # noqa: F401 - notebooks call report.paper_table
 from balms.paths import index_path, output_dirs  # the index helpers live in paths: report_html uses them too
 
 INDEX_COLUMNS = ["artefact", "path", "notebook", "source", "profile", "models", "n", "caption"]
@@ -78,15 +79,6 @@ def save_figure(fig, stem: str, *, artefact: str, notebook: str, source: str, pr
     _register(profile, {"artefact": artefact, "path": _rel(png), "notebook": notebook, "source": source,
                         "profile": profile, "models": ";".join(models), "n": n, "caption": caption})
     return png
-
-
-def paper_table(name: str) -> pd.DataFrame:
-    """The paper's reported numbers (our transcription), e.g. paper_table('table3_zero_shot_mae')."""
-    p = paths.PAPER_TABLES_DIR / f"{name}.csv"
-    if not p.exists():
-        known = sorted(x.stem for x in paths.PAPER_TABLES_DIR.glob("*.csv"))
-        raise FileNotFoundError(f"{p}: no such paper table; known: {known}")
-    return pd.read_csv(p)
 
 
 def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], values: list[str]) -> pd.DataFrame:

@@ -1,5 +1,9 @@
-"""Prompt tokens per sample per agent at look-back 7, 14, 21 and 28 days on PMData (the paper's
-Figure 2), plus the sandbox round trip per block (persistent worker vs a fresh process).
+"""Prompt tokens per sample per agent at look-back 7, 14, 21 and 28 days on PMData or GLOBEM (the
+paper's Figure 2), plus the sandbox round trip per block (persistent worker vs a fresh process).
+
+Both prompt styles are measured. The paper's chunk RAG (memory = the look-back days, prompt = top-3 days
++ the query day) must not grow with the look-back: `rag_growth_28_vs_7` reports its ratio, which should
+stay within 10% of 1; `rag ... context_window` is the earlier prompt that also holds the whole window.
 
 No generation: Health-LLM and RAG prompts are built exactly as the agents send them; for RAPTOR the
 answering prompt is estimated with retrieval over leaves only (day summaries need a model), and the
@@ -8,7 +12,8 @@ the latter with the schema card). The same target days are used at every look-ba
 28 days), so only the look-back changes. Tokens are counted with the embedded default model's
 tokenizer (llama.cpp, vocab only), per chat message plus the template's framing tokens.
 
-    python bench/bench_agents.py [--n 16] [--tokenizer qwen2.5-coder-1.5b] [--sandbox-blocks 10]
+    python bench/bench_agents.py [--dataset pmdata|globem] [--n 16] [--tokenizer qwen2.5-coder-1.5b]
+                                 [--sandbox-blocks 10]
 """
 
 from __future__ import annotations
@@ -29,10 +34,15 @@ sys.path.insert(0, str(ROOT))
 LOOKBACKS = (7, 14, 21, 28)
 # (label, system, options)
 CONFIGS = [
-    ("healthllm", "healthllm", {}),
-    ("healthllm+cot", "healthllm", {"cot": True}),
-    ("rag", "rag", {}),
-    ("raptor (leaves-only estimate)", "raptor", {}),
+    ("healthllm paper", "healthllm", {}),
+    ("healthllm+cot paper", "healthllm", {"cot": True}),
+    ("healthllm corrected", "healthllm", {"style": "corrected"}),
+    ("healthllm+cot corrected", "healthllm", {"cot": True, "style": "corrected"}),
+    ("rag paper", "rag", {}),
+    ("rag corrected", "rag", {"style": "corrected"}),
+    ("rag paper context_window", "rag", {"context_window": True}),
+    ("rag corrected context_window", "rag", {"style": "corrected", "context_window": True}),
+    ("raptor paper (leaves-only estimate)", "raptor", {}),
     ("phia faithful (first prompt)", "phia", {"executor": "faithful"}),
     ("phia improved (first prompt)", "phia", {"executor": "improved"}),
 ]
@@ -72,11 +82,11 @@ def summary_tokens(tables, samples, tok) -> float:
     from balms.agents import prompts
     from balms.agents.rag import user_history
     from balms.agents.raptor import build_leaves, day_tables
-    from balms.data.channels import get_window, resolve_channels
+    from balms.data.channels import DEFAULT_STYLE, get_window, prompt_channels
 
     counts = []
     for s in samples:
-        w = get_window(tables, s, context=True, channels=resolve_channels(tables, None))
+        w = get_window(tables, s, context=True, channels=prompt_channels(tables, None, DEFAULT_STYLE))
         hist = user_history(tables, w, "lookback")
         leaves, _ = build_leaves(tables, hist)
         compact = day_tables(tables, hist)
@@ -104,9 +114,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tokenizer", default="qwen2.5-coder-1.5b")
     ap.add_argument("--sandbox-blocks", type=int, default=10, help="0 skips the sandbox measurement")
-    ap.add_argument("--raw", default=None, help="PMData raw folder (default: data/raw or ../shared/data)")
-    ap.add_argument("--out", default=str(Path(__file__).with_name("agents.json")))
+    ap.add_argument("--dataset", default="pmdata", choices=("pmdata", "globem"))
+    ap.add_argument("--raw", default=None, help="raw folder (default: data/raw or ../shared/data)")
+    ap.add_argument("--out", default=None, help="default bench/agents.json (PMData), bench/agents_<dataset>.json")
     args = ap.parse_args()
+    if args.out is None:
+        name = "agents.json" if args.dataset == "pmdata" else f"agents_{args.dataset}.json"
+        args.out = str(Path(__file__).with_name(name))
 
     from balms.agents.registry import make_agent
     from balms.data.loading import load_dataset, load_from_dir
@@ -114,11 +128,11 @@ def main() -> None:
 
     t0 = time.perf_counter()
     if args.raw:
-        tables = load_from_dir("pmdata", Path(args.raw))
-    elif shared_data_dir() is not None and (shared_data_dir() / "pmdata").is_dir():
-        tables = load_from_dir("pmdata", shared_data_dir() / "pmdata")
+        tables = load_from_dir(args.dataset, Path(args.raw))
+    elif shared_data_dir() is not None and (shared_data_dir() / args.dataset).is_dir():
+        tables = load_from_dir(args.dataset, shared_data_dir() / args.dataset)
     else:
-        tables = load_dataset("pmdata")
+        tables = load_dataset(args.dataset)
     per_L, n_common = pick_targets(tables, args.n, args.seed)
     tok = Tokenizer(args.tokenizer)
 
@@ -136,13 +150,16 @@ def main() -> None:
     summ = {L: round(summary_tokens(tables, per_L[L], tok), 1) for L in LOOKBACKS}
     tok.llm.close()  # free the vocab now, not in an interpreter-shutdown finaliser
 
+    rag_growth = {k: round(results[k][LOOKBACKS[-1]]["mean"] / results[k][LOOKBACKS[0]]["mean"], 3)
+                  for k in results if k.startswith("rag")}
     report = {
-        "dataset": "pmdata", "source": tables.source, "tokenizer": args.tokenizer,
+        "dataset": args.dataset, "source": tables.source, "tokenizer": args.tokenizer,
         "tokenizer_file": tok.path.name, "raptor_memory": "lookback (agent default)",
         "n_target_days": len(per_L[LOOKBACKS[0]]),
         "n_target_days_valid_at_all_lookbacks": n_common, "seed": args.seed, "lookbacks": list(LOOKBACKS),
         "prompt_tokens": {k: {str(L): v for L, v in d.items()} for k, d in results.items()},
         "raptor_day_summary_prompt_tokens_mean": {str(L): v for L, v in summ.items()},
+        f"rag_growth_{LOOKBACKS[-1]}_vs_{LOOKBACKS[0]}": rag_growth,
         "notes": ["RAPTOR: answering prompt estimated from leaves-only retrieval (no model for summaries); "
                   "each day summary costs one extra call of the size given in raptor_day_summary_prompt_tokens_mean, "
                   "once per (user, day, model), cached.",
@@ -156,12 +173,15 @@ def main() -> None:
     report["total_seconds"] = round(time.perf_counter() - t0, 1)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
-    head = f"{'agent (mean prompt tokens, PMData)':<34}" + "".join(f"{'L=' + str(L):>9}" for L in LOOKBACKS)
+    label = f"agent (mean prompt tokens, {args.dataset})"
+    head = f"{label:<40}" + "".join(f"{'L=' + str(L):>9}" for L in LOOKBACKS)
     print(head)
     print("-" * len(head))
     for label in results:
-        print(f"{label:<34}" + "".join(f"{results[label][L]['mean']:>9.0f}" for L in LOOKBACKS))
-    print(f"{'raptor day-summary prompt (each)':<34}" + "".join(f"{summ[L]:>9.0f}" for L in LOOKBACKS))
+        print(f"{label:<40}" + "".join(f"{results[label][L]['mean']:>9.0f}" for L in LOOKBACKS))
+    print(f"{'raptor day-summary prompt (each)':<40}" + "".join(f"{summ[L]:>9.0f}" for L in LOOKBACKS))
+    for k, v in rag_growth.items():
+        print(f"{k}: L={LOOKBACKS[-1]} / L={LOOKBACKS[0]} = {v}")
     print(f"({report['n_target_days']} target days, same at every look-back; tokenizer {args.tokenizer})")
     if "sandbox_round_trip" in report:
         sb = report["sandbox_round_trip"]

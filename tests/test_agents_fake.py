@@ -6,6 +6,8 @@ sends, how it parses, and that every record is complete. Real-model runs are in 
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from agent_fakes import ScriptedBackend, samples_of, use_hash_embedder
@@ -42,11 +44,11 @@ def _complete(rec, sample, system):
     assert (rec.prediction is None) == (rec.parse_error is not None)
 
 
-def test_healthllm_zero_shot_prompt_follows_method(pm):
+def test_healthllm_zero_shot_corrected_prompt(pm):
     tables, samples = pm
     s = samples[0]
     be = ScriptedBackend(["Answer: 4"])
-    rec = make_agent("healthllm").predict(s, tables, be)
+    rec = make_agent("healthllm", style="corrected").predict(s, tables, be)
     _complete(rec, s, "healthllm")
     assert rec.prediction == 4 and rec.rationale == ""
     msgs, params = be.calls[0]
@@ -62,19 +64,65 @@ def test_healthllm_zero_shot_prompt_follows_method(pm):
     assert user.rstrip().endswith("Do not explain.") and "'Answer: <int>'" in user
     assert params.max_tokens == prompts.ZERO_SHOT_MAX_TOKENS
     assert params.seed == sample_seed(s.sample_id, 0)
+    assert rec.options["style"] == "corrected" and rec.options["prompt_version"] == prompts.PROMPT_VERSION
+    assert rec.options["prompt_channels"] == ["steps", "calories", "resting_hr", "sleep_minutes"]
+    assert rec.options["channel_recipe"] == "corrected"
 
 
-def test_healthllm_cot_rationale_and_budget(pm):
+def test_healthllm_zero_shot_paper_prompt_is_the_appendix_template(pm):
+    """Default style: Appendix D's blocks in order, the range as printed, no dates, the paper's sleep recipe."""
+    import re
+
+    tables, samples = pm
+    s = samples[0]
+    be = ScriptedBackend(["Answer: 4"])
+    rec = make_agent("healthllm").predict(s, tables, be)
+    _complete(rec, s, "healthllm")
+    assert rec.prediction == 4
+    msgs, params = be.calls[0]
+    assert [m.role for m in msgs] == ["system", "user"] and msgs[0].content == prompts.PAPER_SYSTEM_PROMPT
+    lines = msgs[1].content.split("\n")
+    assert lines[0] == ("Predict the user's stress level given wearable-derived physiological signals and "
+                        "self-reported context.")
+    assert lines[1:3] == ["Task instruction.", "You are a personalized healthcare agent trained to predict "
+                          "Stress which ranges from 0 to 5."]
+    assert lines[3] == "User profile." and re.fullmatch(
+        r"The user is a \d+ years old \w+ with \d+ height with a measured maximum heart rate of \d+ bpm\.", lines[4])
+    assert lines[5] == "Sensor signals (look-back window)."
+    expected = [("Steps", "steps"), ("Burned Calories", "calories"), ("Resting Heart Rate", "beats/min"),
+                ("SleepMinutes", "minutes")]
+    for line, (name, unit) in zip(lines[6:10], expected, strict=True):
+        m = re.fullmatch(rf"\[{name}\]: \[(.*)\] {re.escape(unit)}", line)
+        assert m and len(m.group(1).split(", ")) == s.lookback, line
+    assert re.fullmatch(r"\[Mood\]: (\d|NaN) out of 5", lines[10])
+    assert lines[11:] == ["Question.", "What would be the predicted stress?", "Output format.",
+                          "For example, the answer should be in the following format:", "Answer: 1"]
+    assert not re.search(r"20\d\d-\d\d-\d\d", msgs[1].content)  # the paper's template shows no dates
+    assert params.max_tokens == prompts.ZERO_SHOT_MAX_TOKENS
+    assert rec.options["style"] == "paper" and rec.options["prompt_version"] == prompts.PAPER_PROMPT_VERSION
+    assert rec.options["prompt_channels"] == ["steps", "calories", "resting_hr", "sleep_minutes_paper"]
+    assert rec.options["channel_recipe"] == "paper"
+
+
+@pytest.mark.parametrize("style", ["paper", "corrected"])
+def test_healthllm_cot_rationale_and_budget(pm, style):
     tables, samples = pm
     s = samples[1]
     reply = "Sleep on day 14 was 325 minutes, lower than day 10.\nMood is 3 out of 5.\nAnswer: 3"
     be = ScriptedBackend([reply])
-    rec = make_agent("healthllm", cot=True, seed=7).predict(s, tables, be)
+    rec = make_agent("healthllm", cot=True, seed=7, style=style).predict(s, tables, be)
     assert rec.cot and rec.prediction == 3
     assert rec.rationale == "Sleep on day 14 was 325 minutes, lower than day 10.\nMood is 3 out of 5."
     _, params = be.calls[0]
     assert params.max_tokens == prompts.COT_MAX_TOKENS and params.seed == sample_seed(s.sample_id, 7)
-    assert "step by step" in be.calls[0][0][1].content
+    user = be.calls[0][0][1].content
+    if style == "corrected":
+        assert "step by step" in user
+    else:  # the paper's CoT only asks for a reasoning paragraph before the same answer line
+        assert "step by step" not in user and "Cite" not in user
+        assert user.endswith("the following format:\nReasoning: <your reasoning in one paragraph>\nAnswer: 1")
+        zs = make_agent("healthllm").first_prompt(s, tables)[1].content
+        assert user.replace("Reasoning: <your reasoning in one paragraph>\n", "") == zs
     assert rec.options["seed"] == 7
 
 
@@ -85,35 +133,82 @@ def test_out_of_range_answer_is_a_visible_parse_failure(pm):
     assert rec.raw_answer == "x = 226\nAnswer: 226"
 
 
-def test_context_off_and_wearable_only_on_globem(gl):
+@pytest.mark.parametrize("style", ["paper", "corrected"])
+def test_context_off_and_wearable_only_on_globem(gl, style):
     tables, samples = gl
     s = samples[0]
     be = ScriptedBackend(["Answer: 1"])
-    rec = make_agent("healthllm", channels="wearable", context=False).predict(s, tables, be)
+    rec = make_agent("healthllm", channels="wearable", context=False, style=style).predict(s, tables, be)
     user = be.calls[0][0][1].content
     wearable = [c for c in tables.channels if c.device == "wearable"]
     phone = [c for c in tables.channels if c.device == "phone"]
     assert wearable and phone
-    assert all(f"- {c.label}" in user for c in wearable)
-    assert not any(f"- {c.label}" in user for c in phone)
-    assert "an integer from 0 to 3" in user
+    line = "- {}" if style == "corrected" else "[{}]: ["
+    assert all(line.format(c.label) in user for c in wearable)
+    assert not any(c.label in user for c in phone)
+    assert ("an integer from 0 to 3" if style == "corrected" else "which ranges from 0 to 3.") in user
+    if style == "paper":  # no profile fields and no same-day self-report on GLOBEM: those blocks are left out
+        assert "User profile." not in user and "self-reported context" not in user
     assert rec.options["channels"] == "wearable" and rec.options["context"] is False
     assert rec.prediction == 1
 
 
-def test_rag_retrieves_earlier_days_only(pm, cheap):
+def test_pmdata_recipe_follows_style_unless_channels_are_named(pm):
+    """A style selects one sleep recipe for the default set, "all" and devices; a named channel is used as given."""
+    tables, samples = pm
+    s = samples[3]
+    for style, own, other in (("paper", "sleep_minutes_paper", "sleep_minutes"),
+                              ("corrected", "sleep_minutes", "sleep_minutes_paper")):
+        for channels in (None, "all", "wearable"):
+            rec = make_agent("healthllm", style=style, channels=channels).predict(s, tables, ScriptedBackend())
+            assert own in rec.options["prompt_channels"] and other not in rec.options["prompt_channels"]
+            assert rec.options["channel_recipe"] == style
+    rec = make_agent("healthllm", style="paper", channels=["steps", "sleep_minutes"]).predict(
+        s, tables, ScriptedBackend())
+    assert rec.options["prompt_channels"] == ["steps", "sleep_minutes"]
+    assert rec.options["channel_recipe"] == "corrected"
+    with pytest.raises(ValueError, match="style"):
+        make_agent("rag", style="verbatim")
+
+
+@pytest.mark.parametrize("style", ["paper", "corrected"])
+def test_rag_prompt_holds_only_the_retrieved_days_and_the_query_day(pm, cheap, style):
     tables, samples = pm
     s = samples[40]
     be = ScriptedBackend(["Answer: 2"])
-    rec = make_agent("rag").predict(s, tables, be)
+    rec = make_agent("rag", style=style).predict(s, tables, be)
     _complete(rec, s, "rag")
     ret = next(st for st in rec.transcript if st.kind == "retrieval")
-    assert len(ret.meta["dates"]) == 3
-    assert all(d < s.window_end.isoformat() for d in ret.meta["dates"])
+    assert len(ret.meta["dates"]) == 3 and ret.meta["n_candidates"] == s.lookback - 1
+    # memory = the look-back days before the query day
+    assert all(s.window_start.isoformat() <= d < s.window_end.isoformat() for d in ret.meta["dates"])
     user = be.calls[0][0][1].content
-    for d in ret.meta["dates"]:
-        assert f"] {d} (" in user
-    assert rec.options["top_k"] == 3 and rec.options["memory"] == "history"
+    window_days = [s.window_start + dt.timedelta(days=i) for i in range(s.lookback)]
+    if style == "corrected":
+        for d in ret.meta["dates"]:
+            assert f"] {d} (" in user
+        shown = [d for d in window_days if d.isoformat() in user]
+        assert sorted(x.isoformat() for x in shown) == sorted([*ret.meta["dates"], s.window_end.isoformat()])
+        assert "Daily data for the" not in user  # not the whole window
+    else:
+        labels = [f"Day {(dt.date.fromisoformat(d) - s.window_start).days + 1}:"
+                  for d in ret.meta["dates"]]
+        assert all(lab in user for lab in labels) and f"Day {s.lookback}:" in user
+        assert user.count("\nDay ") == 4 and "Sensor signals (look-back window)." not in user
+    assert rec.options["top_k"] == 3 and rec.options["memory"] == "lookback"
+    assert rec.options["context_window"] is False and rec.options["style"] == style
+
+
+def test_rag_context_window_option_keeps_the_whole_window(pm, cheap):
+    tables, samples = pm
+    s = samples[40]
+    for style, marker in (("paper", "Sensor signals (look-back window)."), ("corrected", "Daily data for the")):
+        be = ScriptedBackend()
+        rec = make_agent("rag", style=style, context_window=True, memory="history").predict(s, tables, be)
+        assert marker in be.calls[0][0][1].content
+        ret = next(st for st in rec.transcript if st.kind == "retrieval")
+        assert ret.meta["n_candidates"] > s.lookback - 1  # history: every earlier day of the user
+        assert rec.options["context_window"] is True and rec.options["memory"] == "history"
 
 
 def test_raptor_summaries_cached_per_day(pm, cheap):
@@ -274,3 +369,32 @@ def test_summary_cache_written_before_usage_was_kept_still_reads(tmp_path):
     assert cache.get(("pmdata", "p01", "2019-11-02", "m", "sha")) == (
         "new", {"prompt_tokens": 9, "completion_tokens": 2, "latency_s": 1.5})
     assert cache.get(("pmdata", "p01", "2019-11-03", "m", "sha")) is None
+
+
+def test_paper_style_without_the_paper_recipe_is_a_clear_error(pm):
+    import dataclasses
+
+    tables, samples = pm
+    old = dataclasses.replace(tables, channels=[c for c in tables.channels if c.name != "sleep_minutes_paper"],
+                              daily=tables.daily.drop(columns="sleep_minutes_paper"))
+    with pytest.raises(ValueError, match="sleep_minutes_paper"):
+        make_agent("healthllm").first_prompt(samples[0], old)
+    assert make_agent("healthllm", style="corrected").first_prompt(samples[0], old)
+
+
+@pytest.mark.parametrize("name", ["pmdata", "globem"])
+def test_rag_prompt_size_does_not_grow_with_the_look_back(name, cheap, real_data):
+    """Same target days at look-back 7 and 28: the paper's RAG prompt stays within 10% (the full-window
+    prompt, context_window=True, grows)."""
+    import dataclasses
+
+    tables, s28 = samples_of("real", name, 28)
+    s28 = s28[:: max(len(s28) // 5, 1)][:5]
+    s7 = [dataclasses.replace(s, lookback=7, window_start=s.window_end - dt.timedelta(days=6)) for s in s28]
+    for style in ("paper", "corrected"):
+        n = {L: sum(len(make_agent("rag", style=style).first_prompt(s, tables)[1].content) for s in ss)
+             for L, ss in ((7, s7), (28, s28))}
+        assert abs(n[28] / n[7] - 1) < 0.10, (style, n)
+        full = {L: sum(len(make_agent("rag", style=style, context_window=True).first_prompt(s, tables)[1].content)
+                       for s in ss) for L, ss in ((7, s7), (28, s28))}
+        assert full[28] > 1.2 * full[7], (style, full)

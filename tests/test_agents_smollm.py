@@ -77,7 +77,9 @@ def test_agent_end_to_end_with_smollm(system, dataset, smol, private_cache, real
 
 def test_cot_record_keeps_rationale(smol, private_cache, real_data):
     tables, samples = samples_of("real", "pmdata")
-    rec = make_agent("healthllm", cot=True, max_tokens=40).predict(samples[0], tables, smol)
+    # corrected style: its CoT instruction demands reasoning; the paper's CoT prompt only shows a "Reasoning:"
+    # line in its example format, which SmolLM2-135M skips (7 completion tokens, no reasoning, when measured).
+    rec = make_agent("healthllm", cot=True, max_tokens=40, style="corrected").predict(samples[0], tables, smol)
     assert rec.cot and rec.completion_tokens > 16
     # parsed or not, the reasoning text is kept (as rationale, or inside the raw answer)
     assert rec.rationale or rec.raw_answer

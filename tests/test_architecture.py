@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "balms.paths": 0,
     "balms.records": 0,
     "balms.cellspec": 0,
+    "balms.paper": 0,
     "balms.data": 1,
     "balms.models": 2,
     "balms.sandbox": 3,

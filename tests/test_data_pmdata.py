@@ -92,3 +92,27 @@ def test_synthetic_uses_the_same_loader(tmp_path):
     assert t.source == "synthetic" and len(t.users) == 3
     assert [c.name for c in t.channels] == [c.name for c in load_pmdata.__globals__["CHANNELS"]]
     assert t.daily["resting_hr"].notna().any() and t.labels["label"].notna().any()
+
+
+def test_two_sleep_recipes_recomputed_from_raw(pm, pmdata_dir):
+    """sleep_minutes_paper = summed `duration` of every log by start date (duplicates counted twice);
+    sleep_minutes = minutesAsleep of the main sleep by dateOfSleep. Both from p05's raw file."""
+    rec = json.loads((pmdata_dir / "p05" / "fitbit" / "sleep.json").read_text())
+    paper: dict = {}
+    for r in rec:
+        day = pd.Timestamp(r["startTime"][:10])
+        paper[day] = paper.get(day, 0) + r["duration"] / 60000
+    got = pm.daily.loc["p05", "sleep_minutes_paper"].dropna()
+    assert dict(got) == paper
+    main = {}
+    for r in sorted((r for r in rec if r["mainSleep"]), key=lambda r: r["timeInBed"]):
+        main[pd.Timestamp(r["dateOfSleep"])] = r["minutesAsleep"]
+    assert dict(pm.daily.loc["p05", "sleep_minutes"].dropna()) == main
+    assert pm.channel("sleep_minutes_paper").recipe == "paper" and pm.channel("sleep_minutes").recipe == "corrected"
+    assert {c.recipe for c in pm.channels if c.name not in ("sleep_minutes", "sleep_minutes_paper")} == {""}
+
+
+def test_paper_sleep_recipe_counts_a_duplicated_log_twice(pm):
+    # p01's 2019-11-06: logs of 364 and 366 minutes start that day, the 366 one listed twice in sleep.json.
+    assert pm.daily.loc[("p01", pd.Timestamp("2019-11-06")), "sleep_minutes_paper"] == 364 + 366 + 366
+    assert pm.daily.loc[("p01", pd.Timestamp("2019-11-06")), "sleep_minutes"] == 341

@@ -311,7 +311,7 @@ def test_cli_judge_run_on_real_pmdata_windows(pmdata_dir, tmp_path, monkeypatch,
     tables, samples = samples_of("real", "pmdata")
     monkeypatch.setattr("balms.data.loading.load_dataset", lambda name, *a, **k: real_tables(name))
     agent_be = ScriptedBackend(["Sleep was short on day 3.\nAnswer: 3", "Answer: 2", "Steps rose.\nAnswer: 4"])
-    recs = [make_agent("healthllm", cot=True).predict(s, tables, agent_be) for s in samples[:3]]
+    recs = [make_agent("healthllm", cot=True, style="corrected").predict(s, tables, agent_be) for s in samples[:3]]
     path = tmp_path / "run.jsonl"
     path.write_text("\n".join(r.model_dump_json() for r in recs) + "\n")
     fake = FakeJudge([json.dumps(verdict())] * 2)
@@ -394,3 +394,21 @@ def test_bare_backend_gets_the_judges_own_retries():
     be = FakeBackend(errors=[BackendError("overloaded", transient=True)] * 2)  # then a (non-JSON) answer
     res = judge_rationale(be, **KW)
     assert be.calls == 4 and res.unscored_code == "invalid_output"  # 3 tries, then the repair call
+
+
+@pytest.mark.realdata
+def test_judge_sees_a_paper_style_window_as_the_agent_did(pmdata_dir):
+    """Paper-style records: the judge gets the agent's own sensor lines (paper sleep recipe, 4-decimal resting
+    HR), not the corrected rendering."""
+    from agent_fakes import ScriptedBackend, samples_of
+    from balms.agents.registry import make_agent
+
+    tables, samples = samples_of("real", "pmdata")
+    be = ScriptedBackend(["Sleep was long on day 3.\nAnswer: 3"])
+    rec = make_agent("healthllm", cot=True).predict(samples[7], tables, be)
+    fake = FakeJudge([json.dumps(verdict())])
+    judge_records([rec], tables, fake)
+    judge_prompt = fake.calls[0][0][1].content
+    lines = [ln for ln in judge_prompt.splitlines() if ln.startswith("[") and "]: [" in ln]
+    assert [ln.split("]")[0] for ln in lines] == ["[Steps", "[Burned Calories", "[Resting Heart Rate", "[SleepMinutes"]
+    assert all(ln in be.calls[0][0][1].content for ln in lines)

@@ -117,7 +117,10 @@ def test_no_agent_sees_labels_future_or_other_users(data):
     if system == "phia":
         opts.update(executor=data.draw(st.sampled_from(["faithful", "improved"])), max_iters=1)
     if system in ("rag", "raptor"):
-        opts.update(memory=data.draw(st.sampled_from(["history", "lookback"])))
+        opts.update(memory=data.draw(st.sampled_from(["history", "lookback"])),
+                    context_window=data.draw(st.booleans(), label="context_window"))
+    if system != "phia":
+        opts.update(style=data.draw(st.sampled_from(["paper", "corrected"]), label="style"))
     agent = make_agent(system, cot=data.draw(st.booleans(), label="cot"), **opts)
     t2, s2 = planted(tables, sample)
 

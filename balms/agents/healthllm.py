@@ -1,16 +1,21 @@
 """Health-LLM: one prompt (task, profile, per-day arrays per channel, same-day context, question,
-answer format), one model call, one parsed integer. The zero-shot variant asks for the answer line
-only (small token budget); the CoT variant asks for step-by-step reasoning citing channels, values
-and days before the answer, and that reasoning is the T2 rationale.
+answer format), one model call, one parsed integer.
+
+`style="paper"` (default) sends the paper's Appendix D template with the paper's PMData channel recipe
+(`balms.agents.paper_prompts`); its CoT variant asks only for a reasoning paragraph before the answer.
+`style="corrected"` sends our prompts (true scale, dates, our system message; the CoT variant asks for
+step-by-step reasoning citing channels, values and days) with the corrected sleep recipe. The style, the
+prompt version, the channels shown and their recipe are recorded in every record's options.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from balms.agents import prompts
+from balms.agents import paper_prompts, prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
-from balms.data.channels import channels_option, get_window, resolve_channels
+from balms.data import channels as styles
+from balms.data.channels import channels_option, get_window
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams
 from balms.records import PredictionRecord
@@ -26,8 +31,15 @@ class PromptAgentBase:
     max_tokens: int | None = None  # default: prompts.ZERO_SHOT_MAX_TOKENS or COT_MAX_TOKENS
     temperature: float = 0.0
     seed: int = 0
-    system_prompt: str = field(default=prompts.SYSTEM_PROMPT, init=False)
+    style: str = styles.DEFAULT_STYLE  # "paper" (Appendix D template and recipe) or "corrected"
     name: str = field(default="", init=False)
+
+    def _check(self) -> None:
+        styles.check_style(self.style)
+
+    @property
+    def system_prompt(self) -> str:
+        return prompts.system_prompt(self.style)
 
     @property
     def answer_max_tokens(self) -> int:
@@ -42,15 +54,22 @@ class PromptAgentBase:
             "max_tokens": self.answer_max_tokens,
             "temperature": self.temperature,
             "seed": self.seed,
-            "prompt_version": prompts.PROMPT_VERSION,
+            "style": self.style,
+            "prompt_version": prompts.prompt_version(self.style),
         }
+
+    @staticmethod
+    def channel_options(tables: DatasetTables, chans: list | None) -> dict:
+        """Per-record: the channels the prompt showed and which recipe they follow (PMData sleep)."""
+        shown = chans if chans is not None else list(tables.channels)
+        return {"prompt_channels": [c.name for c in shown], "channel_recipe": styles.recipe_of(chans, tables)}
 
     def params(self, sample: Sample, max_tokens: int, stop: tuple[str, ...] = ()) -> GenParams:
         return GenParams(temperature=self.temperature, max_tokens=max_tokens, stop=stop,
                          seed=per_sample_seed(sample, self.seed))
 
     def window(self, sample: Sample, tables: DatasetTables) -> tuple[Window, list | None]:
-        chans = resolve_channels(tables, self.channels)
+        chans = styles.prompt_channels(tables, self.channels, self.style)
         return get_window(tables, sample, context=self.context, channels=chans), chans
 
     def answer(self, sample: Sample, tables: DatasetTables, backend: Backend, episode: Episode,
@@ -68,18 +87,25 @@ class PromptAgentBase:
 class HealthLLMAgent(PromptAgentBase):
     def __post_init__(self):
         self.name = "healthllm"
+        self._check()
 
     def options(self) -> dict:
         return self.base_options()
 
+    def _user_prompt(self, window: Window, chans: list | None) -> str:
+        if self.style == "paper":
+            return paper_prompts.healthllm_prompt(window, chans if chans is not None else window.channels,
+                                                  cot=self.cot)
+        return prompts.healthllm_prompt(window, cot=self.cot, context=self.context, channels=chans)
+
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
         window, chans = self.window(sample, tables)
-        user = prompts.healthllm_prompt(window, cot=self.cot, context=self.context, channels=chans)
-        return self.answer(sample, tables, backend, episode, user, self.options())
+        user = self._user_prompt(window, chans)
+        return self.answer(sample, tables, backend, episode, user,
+                           {**self.options(), **self.channel_options(tables, chans)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
-        """The messages of the (only) model call, without calling a model (token benchmarks)."""
+        """The messages of the (only) model call, without calling a model (token benchmarks, `balms prompt`)."""
         window, chans = self.window(sample, tables)
-        user = prompts.healthllm_prompt(window, cot=self.cot, context=self.context, channels=chans)
-        return prompts.messages(self.system_prompt, user)
+        return prompts.messages(self.system_prompt, self._user_prompt(window, chans))

@@ -26,7 +26,7 @@ import pandas as pd
 
 from balms.agents import prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
-from balms.data.channels import channels_option, get_window, resolve_channels, select_subday_channels
+from balms.data.channels import channels_option, get_window, prompt_channels, select_subday_channels
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
@@ -104,7 +104,7 @@ class PhiaAgent:
                 "context": self.context if isinstance(self.context, bool) else list(self.context),
                 "executor": self.executor, "max_iters": int(self.max_iters),
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
-                "prompt_version": prompts.PROMPT_VERSION}
+                "prompt_version": prompts.PHIA_PROMPT_VERSION}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
         from balms.agents.sandbox import SandboxLimits
 
@@ -119,7 +119,9 @@ class PhiaAgent:
         return "all" if self.channels is None else self.channels
 
     def _setup(self, sample: Sample, tables: DatasetTables):
-        chans = resolve_channels(tables, self.effective_channels)
+        # every daily channel, with the corrected recipe only (PMData's sleep_minutes_paper duplicate is left out
+        # unless named)
+        chans = prompt_channels(tables, self.effective_channels, "corrected")
         window = get_window(tables, sample, context=self.context, channels=chans)
         frames = user_frames(tables, window, chans)
         schema = None

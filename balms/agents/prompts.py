@@ -1,4 +1,6 @@
-"""Every prompt the four agents send, in our words, following METHOD.md.
+"""Every prompt the four agents send in the "corrected" style, in our words, following METHOD.md.
+The paper's own template (the default "paper" style of Health-LLM, RAG and RAPTOR) is in
+`balms.agents.paper_prompts`; `balms.data.channels` says which channels each style shows.
 
 All numbers come from `balms.data.render` (the canonical window text), so the judge and the grounding
 checker see exactly what the agent saw. The system message is always set explicitly: embedded chat
@@ -23,8 +25,23 @@ SYSTEM_PROMPT = (
     "form 'Answer: <int>' holding one integer on the requested scale."
 )
 
-# Bump when any prompt text changes (recorded in PredictionRecord.options).
-PROMPT_VERSION = "v5"
+# The paper prints no system message; this content-free one only stops chat templates from injecting
+# their own (e.g. Qwen's), so paper-style prompts stay identical on every backend.
+PAPER_SYSTEM_PROMPT = "You are a helpful assistant."
+
+# Bump when any prompt text changes (recorded in PredictionRecord.options as prompt_version), one per
+# style so records and response caches tell them apart.
+PROMPT_VERSION = "v6"  # corrected style. v6: RAG shows the retrieved days + the query day only
+PAPER_PROMPT_VERSION = "paper-v1"  # Appendix D template (balms.agents.paper_prompts)
+PHIA_PROMPT_VERSION = "v5"  # PHIA's prompts (unchanged by the styles)
+
+
+def prompt_version(style: str) -> str:
+    return PAPER_PROMPT_VERSION if style == "paper" else PROMPT_VERSION
+
+
+def system_prompt(style: str) -> str:
+    return PAPER_SYSTEM_PROMPT if style == "paper" else SYSTEM_PROMPT
 
 # Decoding budgets (parameters, recorded in PredictionRecord.options by the agents).
 ZERO_SHOT_MAX_TOKENS = 24
@@ -92,17 +109,25 @@ def healthllm_prompt(window: Window, *, cot: bool, context: bool = True,
 
 
 def memory_prompt(window: Window, memories: list[str], *, cot: bool, context: bool = True,
-                  channels: list[Channel] | None = None, memory_kind: str = "days") -> str:
-    """RAG / RAPTOR user prompt: the retrieved memories, then the query window, context and question."""
+                  channels: list[Channel] | None = None, memory_kind: str = "days",
+                  query_day: str | None = None) -> str:
+    """RAG / RAPTOR user prompt: the retrieved memories, then the query (the whole window, or only the
+    query day's line when `query_day` is given), context and question."""
     mem = "\n".join(f"[{i + 1}] {m}" for i, m in enumerate(memories)) or "(no earlier records)"
+    if query_day is None:
+        intro = (f"Retrieved from this person's earlier records (the {len(memories)} {memory_kind} most similar "
+                 f"to the most recent day; they may overlap the window below):")
+        query = ["Query window:", render.render_window(window, channels)]
+    else:
+        intro = (f"Retrieved from this person's earlier records (the {len(memories)} {memory_kind} most similar "
+                 f"to the query day):")
+        query = ["Query day (the most recent day of the look-back window; NaN = missing):", query_day]
     parts = [
         task_line(window),
         render.render_profile(window.profile),
-        f"Retrieved from this person's earlier records (the {len(memories)} {memory_kind} most similar "
-        f"to the most recent day; they may overlap the window below):",
+        intro,
         mem,
-        "Query window:",
-        render.render_window(window, channels),
+        *query,
         *_context_block(window, context),
         question_line(window),
         answer_format(window.target, cot),

@@ -1,14 +1,18 @@
 """Chunk RAG: day-level memory of the same user, retrieved by sentence-embedding similarity.
 
-Design (documented choices):
-- Memory = every day of the same user up to the window end (the day before the target day), each
-  rendered by `render.render_day` with the window's channels; the query day itself is excluded.
-  Nothing after `window_end` and no label ever enters the memory (the daily table holds no labels).
-  `memory="lookback"` restricts the memory to the look-back window (an option for the look-back
-  scaling experiment; it is recorded in the options).
-- Query = the window's most recent day (window_end), rendered the same way; top-k (3) days by cosine
-  similarity of all-MiniLM-L6-v2 embeddings (cached per user, day, embedding model).
-- Prompt = retrieved days + the full query window (canonical text) + context + question.
+Design, as the paper describes it (Section 2.3.3, Appendix A), with the old behaviour kept as options:
+- Memory (`memory="lookback"`, default) = the days of the look-back window before the query day, each
+  rendered as one text and embedded once per (user, day, text, embedding model) in the SQLite cache.
+  `memory="history"` = every day of the user up to the window end (our earlier default). Nothing after
+  `window_end` and no label ever enters the memory (the daily table holds no labels).
+- Query = the window's most recent day (window_end); top-k (3) days by cosine similarity of
+  all-MiniLM-L6-v2 embeddings.
+- Prompt (`context_window=False`, default) = ONLY the top-k retrieved days plus the query day, so its
+  size does not grow with the look-back. `context_window=True` = retrieved days + the whole query
+  window (our earlier prompt).
+- `style="paper"`: days are embedded and shown in the Appendix D bracket notation (`[Steps]: 4664 steps,
+  ...`) inside the paper's template, labelled "Day k" on the window's numbering; `style="corrected"`:
+  `render.render_day` lines with their dates inside our prompt.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from balms.agents import prompts
+from balms.agents import paper_prompts, prompts
 from balms.agents.common import Episode
 from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
@@ -53,21 +57,29 @@ def day_key(sample: Sample, ts) -> str:
     return f"{sample.dataset}/{sample.user}/{pd.Timestamp(ts).date().isoformat()}"
 
 
+def day_text(hist: Window, ts, style: str) -> str:
+    """One memory day as embedded and shown: the paper's bracket notation (no date) or render_day."""
+    if style == "paper":
+        return paper_prompts.day_values(hist, ts, hist.channels)
+    return render.render_day(hist, ts)
+
+
 def retrieve_days(tables: DatasetTables, window: Window, *, k: int, scope: str,
-                  embedder: str = DEFAULT_EMBEDDER) -> dict:
+                  embedder: str = DEFAULT_EMBEDDER, style: str = "corrected") -> dict:
     """Top-k memory days for the query day; returns texts, dates, scores and the query text."""
     s = window.sample
     hist = user_history(tables, window, scope)
     query_ts = pd.Timestamp(s.window_end)
-    query_text = render.render_day(window, query_ts)
+    query_text = day_text(window, query_ts, style)
     cands = [ts for ts in hist.daily.index if ts != query_ts]
-    texts = [render.render_day(hist, ts) for ts in cands]
+    texts = [day_text(hist, ts, style) for ts in cands]
     store = store_for(embedder)
     mat = store.embed([(day_key(s, ts), t) for ts, t in zip(cands, texts, strict=True)])
     q = store.embed([(day_key(s, query_ts) + "#query", query_text)])[0]
     hits = top_k(q, mat, k) if cands else []
     return {
         "query": query_text,
+        "query_date": query_ts.date().isoformat(),
         "texts": [texts[i] for i, _ in hits],
         "dates": [cands[i].date().isoformat() for i, _ in hits],
         "scores": [round(sc, 4) for _, sc in hits],
@@ -75,34 +87,55 @@ def retrieve_days(tables: DatasetTables, window: Window, *, k: int, scope: str,
     }
 
 
+def rag_prompt(window: Window, chans, got: dict, *, style: str, cot: bool, context, context_window: bool) -> str:
+    """The answering prompt from a retrieval result (`retrieve_days`)."""
+    if style == "paper":
+        chans = chans if chans is not None else window.channels
+        items = [f"{paper_prompts.day_label(window, d)}: {t}" for d, t in zip(got["dates"], got["texts"], strict=True)]
+        if context_window:
+            query, header = paper_prompts.sensor_lines(window, chans), paper_prompts.SENSOR_HEADER
+        else:
+            query = [f"{paper_prompts.day_label(window, got['query_date'])}: {got['query']}"]
+            header = "Sensor signals (query day)."
+        return paper_prompts.memory_prompt(window, chans, items, cot=cot,
+                                           items_header="Sensor signals (retrieved days).",
+                                           query=query, query_header=header)
+    return prompts.memory_prompt(window, got["texts"], cot=cot, context=context, channels=chans,
+                                 memory_kind="days", query_day=None if context_window else got["query"])
+
+
 @dataclass
 class RAGAgent(PromptAgentBase):
     top_k: int = 3
-    memory: str = "history"
+    memory: str = "lookback"
     embedder: str = DEFAULT_EMBEDDER
+    context_window: bool = False  # True: the prompt also holds the whole query window (our earlier prompt)
 
     def __post_init__(self):
         self.name = "rag"
+        self._check()
         if self.memory not in MEMORY_SCOPES:
             raise ValueError(f"memory must be one of {MEMORY_SCOPES}, got {self.memory!r}")
 
     def options(self) -> dict:
         return {**self.base_options(), "top_k": self.top_k, "memory": self.memory,
-                "embedder": self.embedder}
+                "embedder": self.embedder, "context_window": bool(self.context_window)}
 
-    def _prompt(self, sample: Sample, tables: DatasetTables, episode: Episode | None) -> str:
+    def _prompt(self, sample: Sample, tables: DatasetTables, episode: Episode | None) -> tuple[str, list | None]:
         window, chans = self.window(sample, tables)
-        got = retrieve_days(tables, window, k=self.top_k, scope=self.memory, embedder=self.embedder)
+        got = retrieve_days(tables, window, k=self.top_k, scope=self.memory, embedder=self.embedder,
+                            style=self.style)
         if episode is not None:
             episode.log("retrieval", "\n".join(got["texts"]), query=got["query"], dates=got["dates"],
                         scores=got["scores"], n_candidates=got["n_candidates"])
-        return prompts.memory_prompt(window, got["texts"], cot=self.cot, context=self.context,
-                                     channels=chans, memory_kind="days")
+        return rag_prompt(window, chans, got, style=self.style, cot=self.cot, context=self.context,
+                          context_window=self.context_window), chans
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
-        user = self._prompt(sample, tables, episode)
-        return self.answer(sample, tables, backend, episode, user, self.options())
+        user, chans = self._prompt(sample, tables, episode)
+        return self.answer(sample, tables, backend, episode, user,
+                           {**self.options(), **self.channel_options(tables, chans)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
-        return prompts.messages(self.system_prompt, self._prompt(sample, tables, None))
+        return prompts.messages(self.system_prompt, self._prompt(sample, tables, None)[0])

@@ -17,6 +17,10 @@
   day up to window_end, as RAG's default). Why not "history" by default: one summary call per
   (user, day) of the whole record; a PMData day of 48 half-hour leaves is a ~1,150-token summary prompt
   (bench/agents.json), i.e. ~17 s per day with the embedded Qwen-1.5B, hours for a full cohort.
+- `style`: "paper" (default) puts the retrieved nodes and the query window into the paper's Appendix D
+  template; "corrected" into our prompt. Leaves and summaries are the same in both styles.
+  `context_window=True` (default, unchanged for now) shows the whole query window after the retrieved
+  nodes; False shows only the query day, as the paper's chunk RAG does.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from balms import paths
-from balms.agents import prompts
+from balms.agents import paper_prompts, prompts
 from balms.agents.common import Episode
 from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
@@ -200,15 +204,35 @@ class RaptorAgent(PromptAgentBase):
     memory: str = "lookback"
     embedder: str = DEFAULT_EMBEDDER
     summary_max_tokens: int = prompts.SUMMARY_MAX_TOKENS
+    context_window: bool = True  # False: only the query day after the retrieved nodes (as chunk RAG)
 
     def __post_init__(self):
         self.name = "raptor"
+        self._check()
         if self.memory not in MEMORY_SCOPES:
             raise ValueError(f"memory must be one of {MEMORY_SCOPES}, got {self.memory!r}")
 
     def options(self) -> dict:
         return {**self.base_options(), "top_k": self.top_k, "memory": self.memory,
-                "embedder": self.embedder, "summary_max_tokens": self.summary_max_tokens}
+                "embedder": self.embedder, "summary_max_tokens": self.summary_max_tokens,
+                "context_window": bool(self.context_window)}
+
+    def _answer_prompt(self, window: Window, chans, texts: list[str], query_ts: pd.Timestamp) -> str:
+        if self.style == "paper":
+            shown = chans if chans is not None else window.channels
+            if self.context_window:
+                query, header = paper_prompts.sensor_lines(window, shown), paper_prompts.SENSOR_HEADER
+            else:
+                query = [f"{paper_prompts.day_label(window, query_ts)}: "
+                         f"{paper_prompts.day_values(window, query_ts, shown)}"]
+                header = "Sensor signals (query day)."
+            return paper_prompts.memory_prompt(
+                window, shown, texts, cot=self.cot,
+                items_header="Retrieved records (sub-day records or day summaries).",
+                query=query, query_header=header)
+        return prompts.memory_prompt(window, texts, cot=self.cot, context=self.context, channels=chans,
+                                     memory_kind="records (sub-day records or day summaries)",
+                                     query_day=None if self.context_window else render.render_day(window, query_ts))
 
     def _prompt(self, sample: Sample, tables: DatasetTables, backend: Backend | None,
                 episode: Episode | None) -> str:
@@ -247,13 +271,14 @@ class RaptorAgent(PromptAgentBase):
                         scores=[round(sc, 4) for _, sc in hits], n_candidates=len(nodes),
                         n_leaves=sum(1 for n in nodes if n[1] == "leaf"),
                         summaries_generated=generated, empty_subday_rows=empty)
-        return prompts.memory_prompt(window, texts, cot=self.cot, context=self.context,
-                                     channels=chans, memory_kind="records (sub-day records or day summaries)")
+        return self._answer_prompt(window, chans, texts, query_ts)
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
         user = self._prompt(sample, tables, backend, episode)
-        return self.answer(sample, tables, backend, episode, user, self.options())
+        chans = self.window(sample, tables)[1]
+        return self.answer(sample, tables, backend, episode, user,
+                           {**self.options(), **self.channel_options(tables, chans)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         """Estimated first prompt for token counting: the final answering prompt built from leaves only

@@ -13,8 +13,10 @@ from balms.data.schema import DatasetTables, Sample
 
 
 def summary_features(tables: DatasetTables, samples: list[Sample], channels: list[str] | None = None) -> pd.DataFrame:
-    """Per channel: window mean, last observed value, least-squares slope per day, missing fraction."""
-    names = channels or [c.name for c in tables.channels]
+    """Per channel: window mean, last observed value, least-squares slope per day, missing fraction.
+    Default channels: all but the paper-recipe duplicates (PMData sleep_minutes_paper), so adding that
+    recipe did not change the baselines' features."""
+    names = channels or [c.name for c in tables.channels if c.recipe != "paper"]
     A = window_arrays(tables, samples, names)  # (n, L, C)
     n, L, C = A.shape if A.size else (len(samples), samples[0].lookback if samples else 0, len(names))
     obs = ~np.isnan(A)

@@ -92,3 +92,59 @@ def get_window(tables: DatasetTables, sample: Sample, *, context,
     names = None if channels is None else [c.name for c in channels]
     window = window_of(tables, sample, context=bool(context), channels=names)
     return restrict_context(window, tables, context)
+
+
+# ------------------------------------------------------------------------------------------ prompt styles --
+# Prompt styles of the prompt-based agents (Health-LLM, RAG, RAPTOR) decide which channels a prompt shows:
+# "paper" (default) takes the paper's PMData recipe (sleep = `sleep_minutes_paper`, the Health-LLM recipe with
+# its duplicate-log quirk); "corrected" the corrected one (sleep = `sleep_minutes`, the night's main sleep).
+# A style never swaps a channel the caller named: an explicit list is used as given. Only the default set,
+# "all" and device selections follow the style, by dropping the other recipe's columns (`Channel.recipe`), so
+# a prompt never shows both definitions of one quantity. The judge rebuilds windows with the same rule.
+STYLES = ("paper", "corrected")
+DEFAULT_STYLE = "paper"
+
+# The paper's prompt channels per dataset (PMData: its four Health-LLM channels with the paper's sleep recipe).
+# The corrected style uses DEFAULT_PROMPT_CHANNELS.
+PAPER_PROMPT_CHANNELS = {"pmdata": ["steps", "calories", "resting_hr", "sleep_minutes_paper"]}
+
+
+def check_style(style: str) -> str:
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {STYLES}, got {style!r}")
+    return style
+
+
+def _explicit(channels) -> bool:
+    if channels is None or channels == "all":
+        return False
+    return not (isinstance(channels, str) and channels in DEVICES)
+
+
+def prompt_channels(tables: DatasetTables, channels, style: str) -> list[Channel] | None:
+    """The channels a prompt of `style` shows for the `channels` option (None = every daily channel)."""
+    check_style(style)
+    if channels is None and style == "paper":
+        default = PAPER_PROMPT_CHANNELS.get(tables.name)
+        have = {c.name for c in tables.channels}
+        if default:
+            missing = [n for n in default if n not in have]
+            if missing:
+                raise ValueError(f"{tables.name}: the paper style needs channel(s) {missing}, which these tables "
+                                 f"lack (load them with the current loader), or use style='corrected'")
+            return [tables.channel(n) for n in default]
+    chans = resolve_channels(tables, channels)
+    if _explicit(channels):
+        return chans
+    other = "corrected" if style == "paper" else "paper"
+    pool = list(tables.channels) if chans is None else chans
+    kept = [c for c in pool if c.recipe != other]
+    return chans if len(kept) == len(pool) else kept
+
+
+def recipe_of(chans: list[Channel] | None, tables: DatasetTables) -> str:
+    """Which recipe the shown channels follow: "paper", "corrected", "both" (an explicit mix) or "" (no
+    channel of the dataset has two recipes)."""
+    pool = list(tables.channels) if chans is None else chans
+    got = sorted({c.recipe for c in pool if c.recipe})
+    return {0: "", 1: got[0] if got else ""}.get(len(got), "both")

@@ -13,7 +13,15 @@ so that anyone can check them against the raw files:
 - `steps_total`: daily sum of the minute-level steps.json where that file exists.
 - `resting_hr`: resting_heart_rate.json `value.value`; 0 means "not computed" and becomes NaN.
 - `sleep_minutes`, `time_in_bed`, `sleep_efficiency`: the main sleep (`mainSleep` true; among several,
-  the longest time in bed) per `dateOfSleep`.
+  the longest time in bed) per `dateOfSleep`. `sleep_minutes` is the corrected recipe (minutes asleep of
+  the night that ended on that date).
+- `sleep_minutes_paper`: the paper's (Health-LLM's) recipe, kept as printed in its p01 example: sleep.json
+  `duration` (time in bed, ms -> minutes) SUMMED over every log whose `startTime` falls on that date, a
+  log listed twice counted twice; no log start that date -> NaN. It mixes nights (a log started after
+  midnight counts for the night it ends, one started before midnight for the previous date) and adds naps
+  and duplicates, which is why the corrected recipe exists; both are kept so neither is silently swapped.
+- `steps` and `calories` are the same in both recipes: the paper's printed example is reproduced by the
+  per-day session sums above. Undetermined by the paper: a day whose sessions all lack `steps` (NaN here).
 - `sleep_score`: sleep_score.csv `overall_score` on the date of its timestamp (the wake-up time);
   several on one date: the last one (counted as `duplicate_sleep_score`).
 - Half-hour slots: minute steps (steps.json) and sleep-stage minutes (sleep.json levels.data, all logs)
@@ -45,7 +53,10 @@ CHANNELS = [
             0),
     Channel("resting_hr", "Resting heart rate", "bpm", "wearable", "Fitbit daily resting heart rate", 1),
     Channel("sleep_minutes", "Sleep minutes", "minutes", "wearable",
-            "minutes asleep in the main sleep ending that date", 0),
+            "minutes asleep in the main sleep ending that date", 0, recipe="corrected"),
+    Channel("sleep_minutes_paper", "Sleep minutes (paper recipe)", "minutes", "wearable",
+            "sum of sleep.json duration (time in bed) over logs starting that date, duplicates included "
+            "(the paper's Health-LLM recipe)", 0, recipe="paper"),
     Channel("time_in_bed", "Time in bed", "minutes", "wearable", "time in bed of the main sleep ending that date", 0),
     Channel("sleep_efficiency", "Sleep efficiency", "%", "wearable", "Fitbit efficiency of the main sleep", 0),
     Channel("sleep_score", "Sleep score", "out of 100", "wearable", "Fitbit overall sleep score", 0),
@@ -55,8 +66,9 @@ CHANNELS = [
     Channel("lightly_active_minutes", "Lightly active minutes", "minutes", "wearable", "", 0),
     Channel("sedentary_minutes", "Sedentary minutes", "minutes", "wearable", "", 0),
 ]
-# The four channels of the Health-LLM PMData prompt (plus same-day mood as context).
+# The four channels of the Health-LLM PMData prompt (plus same-day mood as context), per recipe.
 HEALTH_LLM_CHANNELS = ["steps", "calories", "resting_hr", "sleep_minutes"]
+HEALTH_LLM_CHANNELS_PAPER = ["steps", "calories", "resting_hr", "sleep_minutes_paper"]
 
 CONTEXT_CHANNELS = [
     Channel("mood", "Mood", "out of 5", "self_report", "same-day wellness report, 1 = very bad, 5 = very good", 0),
@@ -227,7 +239,7 @@ def _exercise(path: Path) -> pd.DataFrame:
 
 def _sleep(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     rec = _read_json(path)
-    _require_keys(rec, path, ("dateOfSleep", "minutesAsleep", "timeInBed"))
+    _require_keys(rec, path, ("dateOfSleep", "minutesAsleep", "timeInBed", "startTime", "duration"))
     df = pd.DataFrame({
         "date": _dates(pd.Series([r["dateOfSleep"] for r in rec], dtype=object), path, "dateOfSleep").dt.normalize(),
         "main": [bool(r.get("mainSleep", True)) for r in rec],
@@ -237,6 +249,11 @@ def _sleep(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     })
     main = df[df["main"]].sort_values(["date", "time_in_bed"]).groupby("date").last()
     daily = main[["sleep_minutes", "time_in_bed", "sleep_efficiency"]]
+    # The paper's recipe: every log (duplicates and naps included) by the calendar date of its start.
+    started = _dates(pd.Series([r["startTime"] for r in rec], dtype=object), path, "startTime").dt.normalize()
+    in_bed = _numeric(pd.Series([r["duration"] for r in rec], dtype=object), path, "duration") / 60_000
+    paper = pd.Series(in_bed.to_numpy(), index=pd.DatetimeIndex(started, name="date")).groupby(level=0).sum(min_count=1)
+    daily = daily.join(paper.rename("sleep_minutes_paper"), how="outer")
     # Stage timelines -> per-segment rows (start, seconds, level); split into half hours later.
     starts, secs, levels = [], [], []
     for r in rec:
@@ -381,6 +398,9 @@ def load_pmdata(raw_dir: Path, *, source: str = "real") -> DatasetTables:
         "steps/calories: sum over exercise.json sessions starting that date; NaN when no session "
         "(or, for steps, no session with a steps field)",
         "wellness report date = calendar date of effective_time_frame (UTC); duplicates: last report kept",
+        "sleep: sleep_minutes = minutes asleep of the main sleep by dateOfSleep (corrected); "
+        "sleep_minutes_paper = summed time in bed of every log starting that date, duplicates included "
+        "(the paper's recipe)",
     ]
     dropped: dict[str, int] = {}
     profiles = _read_profiles(raw_dir / "participant-overview.xlsx")

@@ -41,6 +41,9 @@ class Channel:
     device: Device
     description: str = ""
     decimals: int = 1  # how many decimals the canonical text shows
+    # "" = one definition for every prompt style; "paper" / "corrected" = this column is one of two recipes
+    # for the same quantity (PMData sleep minutes), so a style selects exactly one of them, never both.
+    recipe: str = ""
 
 
 @dataclass(frozen=True)

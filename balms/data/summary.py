@@ -76,7 +76,7 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
     `summaries` maps dataset name -> `dataset_summary(...)` dict. Lives in the library (not the notebook) so an
     installed package can rebuild it; the paper's numbers come from the packaged `paper_tables`.
     """
-    from balms.report import paper_table
+    from balms.paper import paper_table
 
     unknown = sorted(set(summaries) - set(_PAPER_NAMES))
     if unknown:

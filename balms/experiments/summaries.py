@@ -52,7 +52,7 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
 
     Where our model IS a paper backbone (paper profile), `diff` is ours minus the paper's same cell.
     """
-    from balms.report import paper_table
+    from balms.paper import paper_table
 
     paper = paper_table("table3_zero_shot_mae")
     rows = []

@@ -303,7 +303,7 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     agents use (`balms.data.channels`), so the judge sees exactly the agent's window text."""
     import datetime as dt
 
-    from balms.data.channels import get_window, option_channels, resolve_channels
+    from balms.data.channels import get_window, option_channels, prompt_channels
     from balms.data.samples import sample_from_row
 
     if rec.dataset not in tables_by_dataset:
@@ -314,7 +314,11 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     sample = sample_from_row({"dataset": rec.dataset, "user": rec.user, "target_date": target, "label": rec.label,
                               "lookback": rec.lookback, "window_end": end,
                               "window_start": end - dt.timedelta(days=rec.lookback - 1), "source": rec.source})
-    chans = resolve_channels(t, option_channels(rec.options.get("channels")))
+    shown = rec.options.get("prompt_channels")  # recorded by the prompt agents: exactly what the prompt showed
+    if shown:
+        chans = [t.channel(n) for n in shown]
+    else:  # PHIA and older records: the option as recorded, under the style recorded (none = corrected)
+        chans = prompt_channels(t, option_channels(rec.options.get("channels")), rec.options.get("style", "corrected"))
     return get_window(t, sample, context=rec.options.get("context", True), channels=chans)
 
 
@@ -348,7 +352,12 @@ def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kw
         rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
         win = _window_for(rec, tables_or_window_fn)
         if isinstance(win, Window):
-            text = render_window(win)
+            if rec.options.get("style") == "paper":  # the window in the notation the agent was shown
+                from balms.data.paper_notation import judge_window_text
+
+                text = judge_window_text(win)
+            else:
+                text = render_window(win)
             target, scale = win.target.label, (win.target.scale_min, win.target.scale_max)
         elif isinstance(win, str):
             if rec.dataset not in DATASET_TARGETS:

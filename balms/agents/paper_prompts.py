@@ -1,0 +1,164 @@
+"""The paper's prompt style: the Health-LLM template of the paper's Appendix D, restated as code.
+
+Blocks, in the order the paper prints them: a one-line purpose; "Task instruction." (the personalised
+agent and the target's range AS PRINTED); "User profile." (age, gender, height, maximum heart rate);
+"Sensor signals (look-back window)." with one `[Name]: [v1, ..., vN] unit` line per channel, oldest day
+first, NaN for missing, no dates; the same-day self-report (`[Mood]: 3 out of 5`); "Question.";
+"Output format." with its `Answer: 1` example. The CoT variant only puts a `Reasoning:` paragraph before
+that answer line: it prescribes no operations. Zero-shot and CoT share everything else.
+
+The paper prints this for PMData only. What is extrapolated here, and why:
+- PMData range: "0 to 5" as printed (stress is 1-5 in the data; the corrected style states 1-5). Other
+  datasets: their native range, since the paper prints none for them (GLOBEM 0-3, DiversityOne 1-5).
+- GLOBEM channel names, units and decimals follow the paper's GLOBEM case-study window (Appendix D.1),
+  including its "s" unit on screen-unlock duration (RAPIDS minutes); other channels use their own label.
+- Purpose line: the signal phrase follows the devices shown, "self-reported context" only when a
+  same-day self-report is shown (GLOBEM and DiversityOne have none).
+- Profile: a field the dataset lacks is NaN, the paper's missing marker; with no field at all (GLOBEM,
+  DiversityOne) the block is left out rather than filled with four NaNs.
+- Memory agents (the paper prints no RAG/RAPTOR prompt): the same blocks, with the sensor block holding
+  the retrieved days (RAG) or records (RAPTOR) and the query, days labelled "Day k" on the look-back
+  numbering (day 1 = oldest window day; 0 and below = before the window).
+- System message: the paper shows none. We send a content-free generic one (`prompts.PAPER_SYSTEM_PROMPT`)
+  because with no system message some chat templates inject their own, which would make prompts differ
+  across backends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from balms.data.paper_notation import (
+    PaperChannel,
+    channel_line,
+    context_lines,
+    day_label,
+    day_values,
+    format_paper,
+    judge_window_text,
+    paper_channel,
+    sensor_lines,
+)
+from balms.data.schema import Channel, Window
+
+__all__ = ["PaperChannel", "channel_line", "context_lines", "day_label", "day_values", "format_paper",
+           "healthllm_prompt", "judge_window_text", "memory_prompt", "paper_channel", "sensor_lines"]
+
+
+@dataclass(frozen=True)
+class PaperTarget:
+    """The target as the template names it: purpose line, task instruction, question; the range printed
+    (None = the dataset's native scale)."""
+
+    purpose: str
+    name: str
+    question: str
+    printed_range: tuple[int, int] | None = None
+
+
+PAPER_TARGETS = {
+    "pmdata": PaperTarget("stress level", "Stress", "stress", (0, 5)),
+    "globem": PaperTarget("anxiety level", "PHQ-4 Anxiety", "PHQ-4 anxiety"),
+    "diversityone": PaperTarget("mood", "Mood", "mood"),
+}
+
+SENSOR_HEADER = "Sensor signals (look-back window)."
+
+
+def paper_target(window: Window) -> PaperTarget:
+    t = window.target
+    got = PAPER_TARGETS.get(window.sample.dataset)
+    return got or PaperTarget(t.label, t.label[:1].upper() + t.label[1:], t.label)
+
+
+def printed_range(window: Window) -> tuple[int, int]:
+    pt = paper_target(window)
+    return pt.printed_range or (window.target.scale_min, window.target.scale_max)
+
+
+def _signals_phrase(chans: list[Channel]) -> str:
+    devices = {c.device for c in chans}
+    if devices == {"phone"}:
+        return "smartphone-derived behavioral signals"
+    if "phone" in devices:
+        return "wearable- and smartphone-derived signals"
+    return "wearable-derived physiological signals"
+
+
+def purpose_line(window: Window, chans: list[Channel]) -> str:
+    ctx = " and self-reported context" if window.context_channels else ""
+    return f"Predict the user's {paper_target(window).purpose} given {_signals_phrase(chans)}{ctx}."
+
+
+def task_block(window: Window) -> list[str]:
+    lo, hi = printed_range(window)
+    return ["Task instruction.",
+            f"You are a personalized healthcare agent trained to predict {paper_target(window).name} "
+            f"which ranges from {lo} to {hi}."]
+
+
+def profile_block(profile: dict) -> list[str]:
+    def val(key):
+        v = profile.get(key)
+        if v is None or (not isinstance(v, str) and pd.isna(v)):
+            return None
+        return v
+
+    fields = {k: val(k) for k in ("age", "gender", "height_cm", "max_hr")}
+    if all(v is None for v in fields.values()):
+        return []
+
+    def num(v):
+        return "NaN" if v is None else str(int(round(float(v))))
+
+    gender = fields["gender"] if fields["gender"] is not None else "NaN"
+    return ["User profile.",
+            f"The user is a {num(fields['age'])} years old {gender} with {num(fields['height_cm'])} height "
+            f"with a measured maximum heart rate of {num(fields['max_hr'])} bpm."]
+
+
+def question_block(window: Window) -> list[str]:
+    return ["Question.", f"What would be the predicted {paper_target(window).question}?"]
+
+
+def output_block(cot: bool) -> list[str]:
+    lines = ["Output format.", "For example, the answer should be in the following format:"]
+    if cot:
+        lines.append("Reasoning: <your reasoning in one paragraph>")
+    lines.append("Answer: 1")
+    return lines
+
+
+def healthllm_prompt(window: Window, chans: list[Channel], *, cot: bool) -> str:
+    """Appendix D's Health-LLM prompt for one window."""
+    return "\n".join([
+        purpose_line(window, chans),
+        *task_block(window),
+        *profile_block(window.profile),
+        SENSOR_HEADER,
+        *sensor_lines(window, chans),
+        *context_lines(window),
+        *question_block(window),
+        *output_block(cot),
+    ])
+
+
+def memory_prompt(window: Window, chans: list[Channel], items: list[str], *, cot: bool, items_header: str,
+                  query: list[str], query_header: str) -> str:
+    """The same template for RAG/RAPTOR: retrieved items, then the query (a day or the whole window)."""
+    return "\n".join([
+        purpose_line(window, chans),
+        *task_block(window),
+        *profile_block(window.profile),
+        items_header,
+        *(items or ["(none)"]),
+        query_header,
+        *query,
+        *context_lines(window),
+        *question_block(window),
+        *output_block(cot),
+    ])
+
+

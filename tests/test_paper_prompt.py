@@ -1,0 +1,117 @@
+"""The paper style against the paper: p01's prompt (target 2019-11-15, look-back 14) must equal the worked
+example of Appendix D digit for digit, and the corrected style must differ exactly where its recipe does.
+
+The expected lines below are the one place the paper's printed numbers are quoted (as test fixtures).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from balms.agents import paper_prompts, prompts
+from balms.agents.registry import make_agent
+
+# Appendix D, "Health-LLM Prompt Template (Stress Prediction)", as printed (its resting-HR line is wrapped
+# in the PDF; joined here).
+PAPER_P01_SENSOR_LINES = [
+    "[Steps]: [4664, 3035, NaN, 1284, 4966, NaN, NaN, 2094, 4185, 4698, 3384, 867, NaN, 7742] steps",
+    "[Burned Calories]: [494, 354, NaN, 145, 517, NaN, NaN, 252, 454, 470, 339, 104, NaN, 1120] calories",
+    "[Resting Heart Rate]: [53.7411, 52.8815, 53.222, 54.3111, 52.2591, 54.2032, 53.09, 53.3421, 53.0407, "
+    "52.4206, 52.5101, 52.1151, 51.8893, 51.9333] beats/min",
+    "[SleepMinutes]: [NaN, 430, 821, NaN, 362, 1096, 392, NaN, 391, 422, 779, NaN, 361, 367] minutes",
+]
+PAPER_P01_MOOD_LINE = "[Mood]: 3 out of 5"
+# The template's blocks with the slots ({Stress}, {0}, {5}, {48}, {male}, {195}, {182}) as printed.
+PAPER_P01_PROMPT = "\n".join([
+    "Predict the user's stress level given wearable-derived physiological signals and self-reported context.",
+    "Task instruction.",
+    "You are a personalized healthcare agent trained to predict Stress which ranges from 0 to 5.",
+    "User profile.",
+    "The user is a 48 years old male with 195 height with a measured maximum heart rate of 182 bpm.",
+    "Sensor signals (look-back window).",
+    *PAPER_P01_SENSOR_LINES,
+    PAPER_P01_MOOD_LINE,
+    "Question.",
+    "What would be the predicted stress?",
+    "Output format.",
+    "For example, the answer should be in the following format:",
+    "Answer: 1",
+])
+
+
+@pytest.fixture(scope="module")
+def p01(pmdata_dir):
+    from balms.data.pmdata import load_pmdata
+    from balms.data.samples import build_samples
+
+    tables = load_pmdata(pmdata_dir)
+    ss = build_samples(tables, lookback=14)
+    sample = next(s for s in ss.samples if s.user == "p01" and s.target_date == dt.date(2019, 11, 15))
+    return tables, sample
+
+
+def _user(tables, sample, **opts) -> str:
+    msgs = make_agent("healthllm", **opts).first_prompt(sample, tables)
+    assert [m.role for m in msgs] == ["system", "user"]
+    return msgs[1].content
+
+
+def test_p01_sensor_and_mood_lines_equal_the_paper(p01):
+    tables, sample = p01
+    lines = _user(tables, sample, style="paper").split("\n")
+    assert lines[6:10] == PAPER_P01_SENSOR_LINES
+    assert lines[10] == PAPER_P01_MOOD_LINE
+
+
+def test_p01_whole_paper_prompt_is_the_printed_template(p01):
+    tables, sample = p01
+    assert _user(tables, sample) == PAPER_P01_PROMPT  # the default style is the paper's
+    cot = _user(tables, sample, cot=True)
+    assert cot == PAPER_P01_PROMPT.replace("\nAnswer: 1", "\nReasoning: <your reasoning in one paragraph>\nAnswer: 1")
+
+
+def test_corrected_style_differs_where_its_recipe_does(p01):
+    """Same window: steps and calories identical, resting HR the same values at 1 decimal, sleep differs on
+    13 of 14 days (the paper sums time in bed by log start; corrected = minutes asleep of that night)."""
+    tables, sample = p01
+    user = _user(tables, sample, style="corrected")
+    rows = {line.split(":")[0][2:]: line.split(": [")[1].rstrip("]").split(", ")
+            for line in user.split("\n") if line.startswith("- ")}
+    paper = {line.split("]:")[0][1:]: line.split(": [")[1].split("]")[0].split(", ") for line in PAPER_P01_SENSOR_LINES}
+    assert rows["Steps (steps)"] == paper["Steps"]
+    assert rows["Calories burned (kcal)"] == paper["Burned Calories"]
+    hr = [round(float(v), 1) for v in paper["Resting Heart Rate"]]
+    assert [float(v) for v in rows["Resting heart rate (bpm)"]] == hr
+    pairs = zip(rows["Sleep minutes (minutes)"], paper["SleepMinutes"], strict=True)
+    diff = [i + 1 for i, (a, b) in enumerate(pairs) if a != b]
+    assert len(diff) == 13 and diff == list(range(2, 15))  # day 1 is NaN in both
+    assert "an integer from 1 to 5" in user and "0 to 5" not in user
+
+
+def test_balms_prompt_cli_prints_the_agent_messages(p01, pmdata_dir, capsys):
+    from balms.cli import main
+
+    tables, sample = p01
+    argv = ["prompt", "--dataset", "pmdata", "--user", "p01", "--target", "2019-11-15", "--style", "paper",
+            "--lookback", "14", "--raw", str(pmdata_dir)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out == f"=== system ===\n{prompts.PAPER_SYSTEM_PROMPT}\n=== user ===\n{PAPER_P01_PROMPT}\n"
+    assert main([*argv[:-2], "--style", "corrected", "--cot", "--json", "--raw", str(pmdata_dir)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    exp = make_agent("healthllm", style="corrected", cot=True).first_prompt(sample, tables)
+    assert [m["content"] for m in got["messages"]] == [m.content for m in exp]
+    assert got["options"]["style"] == "corrected" and got["options"]["prompt_version"] == prompts.PROMPT_VERSION
+
+
+def test_paper_number_formats():
+    """PMData rounds and drops trailing zeros (53.222); GLOBEM's case study prints fixed decimals (1.80, 402.0)."""
+    pm = paper_prompts.PaperChannel("Resting Heart Rate", "beats/min", 4)
+    assert [paper_prompts.format_paper(v, pm) for v in (53.22202396392822, 53.09000301361084, float("nan"))] == [
+        "53.222", "53.09", "NaN"]
+    gl = paper_prompts.PaperChannel("Location Entropy", "", 2, fixed=True)
+    assert paper_prompts.format_paper(1.8, gl) == "1.80"
+    assert paper_prompts.format_paper(4664.0, paper_prompts.PaperChannel("Steps", "steps", 0)) == "4664"
