@@ -17,7 +17,7 @@ from balms.agents.common import Episode, build_record, parse_for, per_sample_see
 from balms.data import channels as styles
 from balms.data.channels import channels_option, get_window
 from balms.data.schema import DatasetTables, Sample, Window
-from balms.models.base import Backend, GenParams
+from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
 
 
@@ -32,6 +32,7 @@ class PromptAgentBase:
     temperature: float = 0.0
     seed: int = 0
     style: str = styles.DEFAULT_STYLE  # "paper" (Appendix D template and recipe) or "corrected"
+    force_answer: bool = False  # CoT cut off by max_tokens -> ask for the answer alone (see prompts.FORCE_ANSWER)
     name: str = field(default="", init=False)
 
     def _check(self) -> None:
@@ -56,6 +57,7 @@ class PromptAgentBase:
             "seed": self.seed,
             "style": self.style,
             "prompt_version": prompts.prompt_version(self.style),
+            **({"force_answer": True} if self.force_answer and self.cot else {}),
         }
 
     @staticmethod
@@ -75,9 +77,17 @@ class PromptAgentBase:
     def answer(self, sample: Sample, tables: DatasetTables, backend: Backend, episode: Episode,
                user_prompt: str, options: dict) -> PredictionRecord:
         """The final answering call shared by the prompt-based agents."""
-        comp = episode.call(prompts.messages(self.system_prompt, user_prompt),
-                            self.params(sample, self.answer_max_tokens))
+        msgs = prompts.messages(self.system_prompt, user_prompt)
+        comp = episode.call(msgs, self.params(sample, self.answer_max_tokens))
         parsed = parse_for(tables, comp.text)
+        if self.force_answer and self.cot and parsed.value is None and comp.finish_reason == "length":
+            # the reasoning ran out of budget: keep it as the rationale, ask for the answer alone (labelled in the
+            # transcript as a "forced_answer" step and in the options as force_answer)
+            forced = episode.call([*msgs, Message("assistant", comp.text), Message("user", prompts.FORCE_ANSWER)],
+                                  self.params(sample, prompts.FORCED_ANSWER_MAX_TOKENS), kind="forced_answer")
+            return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables, backend=backend,
+                                episode=episode, options=options, raw_answer=forced.text,
+                                parsed=parse_for(tables, forced.text), rationale=comp.text)
         return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
                             backend=backend, episode=episode, options=options,
                             raw_answer=comp.text, parsed=parsed)

@@ -48,6 +48,12 @@ ZERO_SHOT_MAX_TOKENS = 24
 COT_MAX_TOKENS = 384
 SUMMARY_MAX_TOKENS = 96
 PHIA_STEP_MAX_TOKENS = 320
+# Forced answer (our budget technique, off in the paper profile): when a CoT reply hits its token limit before
+# an answer, the reasoning so far is kept as the rationale and the model is asked for the answer alone, as
+# PHIA's harness forces a final answer when its step budget runs out.
+FORCE_ANSWER = ("Your reasoning was cut off by the length limit. Stop reasoning now and reply with your final "
+                "answer only, in the format 'Answer: <integer>'.")
+FORCED_ANSWER_MAX_TOKENS = 12
 
 
 def scale_phrase(target: Target) -> str:

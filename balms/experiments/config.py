@@ -45,6 +45,7 @@ class ExperimentConfig(BaseModel):
     # decoding budgets
     zs_max_tokens: int = 16
     cot_max_tokens: int = 256
+    cot_force_answer: bool = True  # a CoT reply cut off by cot_max_tokens is asked for its answer alone (ours)
     phia_max_iters: int = 3
     phia_step_tokens: int = 160  # max tokens per PHIA model call (thought + code)
     raptor_summary_tokens: int = 48  # max tokens of one RAPTOR day summary

@@ -33,6 +33,8 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
         opts.update(memory=cfg.raptor_memory, summary_max_tokens=cfg.raptor_summary_tokens)
     if system in PROMPT_SYSTEMS and "style" in accepted(system):
         opts["style"] = cfg.prompt_style
+    if system in PROMPT_SYSTEMS and cot and cfg.cot_force_answer:
+        opts["force_answer"] = True
     opts.update(extra or {})
     return opts
 
@@ -108,9 +110,10 @@ def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None,
                     for c in cots:
                         recs = run_cell(cfg, d, s, m, cot=c, lookback=L, options=options, samples=samples)
                         drop = set() if keep_transcript else {"transcript"}
-                        rows.extend(r.model_dump(exclude=drop) | {"n_transcript": len(r.transcript),
-                                                                  "cell_key": (r.cell or {}).get("key")}
-                                    for r in recs)
+                        rows.extend(r.model_dump(exclude=drop) | {
+                            "n_transcript": len(r.transcript), "cell_key": (r.cell or {}).get("key"),
+                            "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
+                            for r in recs)
     return pd.DataFrame(rows)
 
 

@@ -37,6 +37,8 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
         lat, lat_lo, lat_hi = metrics.mean_ci(g["latency_s"], g["user"], n_boot=n_boot, seed=seed)
         # 0.1 s: re-runs from the cache agree (PHIA's code execution is re-measured)
         row.update(mean_latency_s=round(lat, 1), latency_ci_low=round(lat_lo, 1), latency_ci_high=round(lat_hi, 1))
+        if "forced" in g:  # CoT forced answers and PHIA forced finishes: how often the budget ran out
+            row["forced_rate"] = float(g["forced"].mean())
         row["mean_prompt_tokens"] = float(g["prompt_tokens"].mean())
         row["mean_completion_tokens"] = float(g["completion_tokens"].mean())
         row["source"] = ";".join(sorted(set(g["source"])))
