@@ -32,7 +32,7 @@
     document.body.dataset.filter = name;
     if (known[requested()]) {
       status.textContent = "showing " + shown + " of " + rows.length + " predictions" +
-        (name === "all" ? "" : " (" + known[name].title + ")");
+        (name === "all" ? "" : ": " + known[name].title);
     }
   }
 
