@@ -83,17 +83,25 @@ FORCE:
 paper: $(EXECUTED) ## Run every notebook with papermill (PROFILE=demo by default), then index the artefacts
 	$(PY) -m balms.report index --profile $(PROFILE)
 
+# Progress on the terminal: run_grid announces each cell ("[01_prediction] cell 3/12: pmdata rag ... zs L14") and
+# the runner draws its bar, both on the kernel's stderr; --stderr-file - passes that stream through as it
+# arrives (a bar updates in place). papermill's own "Executing: 8%" bar would share the line, so it is off;
+# its INFO lines (paths, kernel name) are dropped with --log-level WARNING, warnings and errors still show.
 $(EXEC_DIR)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES) $(PARAMS_STAMP)
 	@mkdir -p $(@D)
-	$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$*.py --set "$$BALMS_P" --out $@.params.yaml
-	$(VENV)/bin/jupytext --update --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
-	BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
-	  $(VENV)/bin/papermill -k balms --cwd notebooks -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@
+	@$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$*.py --set "$$BALMS_P" --out $@.params.yaml
+	@$(VENV)/bin/jupytext --update --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
+	@echo "[$*] profile $(PROFILE) -> $@"; rm -f $@.failed
+	@# a failed notebook is moved aside: left as $@ it would count as up to date on the next `make paper`
+	@BALMS_NOTEBOOK=$* BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
+	  $(VENV)/bin/papermill -k balms --cwd notebooks --no-progress-bar --stderr-file - --log-level WARNING \
+	  -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@ && echo "[$*] done in $$SECONDS s" \
+	  || { echo "[$*] FAILED$$(mv -f $@ $@.failed 2>/dev/null && echo "; executed notebook kept as $@.failed")"; exit 1; }
 
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
 	@test -n "$(NB)" || (echo "usage: make notebook NB=01_prediction" && exit 2)
-	rm -f notebooks/executed/$(PROFILE)/$(NB).ipynb
-	$(MAKE) --no-print-directory notebooks/executed/$(PROFILE)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)'
+	rm -f $(EXEC_DIR)/$(NB).ipynb
+	$(MAKE) --no-print-directory $(EXEC_DIR)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)'
 
 RESPONSES := results/$(PROFILE)/responses.jsonl.gz
 export-responses: ## Write the responses this profile's tables used to results/<profile>/ (commit it with the tables)

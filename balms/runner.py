@@ -324,7 +324,7 @@ def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
 
 def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency, timeout_s, retries, progress,
                 manifest_extra, retry_failed, spec) -> RunResult:
-    from tqdm.auto import tqdm
+    from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
 
     mpath = manifest_path_for(out_path)
     samples = list(samples)
@@ -381,8 +381,11 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
     cell = None if spec is None else spec.compact()
     appender = _Appender(out_path)
     t0 = time.perf_counter()
+    # off a terminal (a notebook run by papermill) every refresh becomes a line: refresh at most every 10 s
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
     bar = tqdm(total=len(samples), initial=n_before, unit="sample", disable=not progress, smoothing=0.05,
-               desc=f"{manifest['agent']['name']}/{manifest['model']['name']}", dynamic_ncols=True)
+               desc=f"{manifest['agent']['name']}/{manifest['model']['name']}", dynamic_ncols=True,
+               file=sys.stderr, mininterval=0.1 if tty else 10.0)
     status = "incomplete"
     try:
         with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") as pool:

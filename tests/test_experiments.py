@@ -119,3 +119,20 @@ def test_judge_grid_writes_resumable_verdicts_and_aggregates(env):
     assert len(ground) == 4 and (ground["n_claims"] >= 1).all()
     # the checker sees the agent's real window: the scripted "352 minutes on day 1" is checked, not unverifiable
     assert (ground["unverifiable"] < ground["n_claims"]).all()
+
+
+def test_run_grid_announces_each_cell_and_the_runner_bar_on_stderr(env, capsys, monkeypatch):
+    """`make paper` shows where it is: papermill forwards the kernel's stderr, so both must go there."""
+    cfg, _ = env
+    monkeypatch.setenv("BALMS_NOTEBOOK", "01_prediction")
+    ex.run_grid(cfg, cots=(False, True), lookbacks=(7,))
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "] cell " in ln]
+    assert lines == ["[01_prediction] cell 1/2: pmdata healthllm scripted zs L7",
+                     "[01_prediction] cell 2/2: pmdata healthllm scripted cot L7"], err
+    assert "healthllm/scripted: 100%" in err and "4/4" in err  # the runner's tqdm bar, on stderr too
+    monkeypatch.delenv("BALMS_NOTEBOOK")
+    ex.run_grid(cfg, cots=(False,), lookbacks=(7,), options={"context": False}, progress=False)
+    assert capsys.readouterr().err == ""
+    ex.run_grid(cfg, cots=(False,), lookbacks=(7,), options={"context": False})
+    assert "cell 1/1: pmdata healthllm scripted zs L7 context=False" in capsys.readouterr().err.splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -197,7 +198,10 @@ def test_report_autoescapes_every_record_field(outdir):
     assert len(pages) == 3  # index, run, record
     for page in pages:
         text = page.read_text()
-        assert "<script" not in text, page
+        scripts = re.findall(r"<script\b[^>]*>", text)  # only the report's own shipped script, nothing inline
+        ours = r'<script src="(\.\./)*static/report\.js" defer>'
+        assert scripts and all(re.fullmatch(ours, t) for t in scripts), page
+        assert "<script>" not in text, page
     rec_page = next((outdir / "report" / "runs").rglob("0.html")).read_text()
     assert rec_page.count("&lt;script&gt;") >= 8  # sample, system, model, model id, error, answer, step, verdict
     assert "&lt;script&gt;" in (outdir / "report" / "index.html").read_text()  # the artefact name
@@ -212,3 +216,190 @@ def test_report_modules_do_not_import_each_other():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent)
     assert out.stdout.strip() == "False"
+
+
+# ---- run pages as a place to learn from: summary, filters driven by the URL, the same sample elsewhere ----
+SIDS = [f"pmdata/{u}/2019-11-{d}/L14" for u, d in (("p01", 20), ("p01", 21), ("p01", 22), ("p02", 20), ("p02", 21))]
+LABELS = [3, 4, 2, 5, 5]
+
+
+def _rec(i: int, system: str, model: str, **kw) -> PredictionRecord:
+    u = SIDS[i].split("/")[1]
+    base = dict(sample_id=SIDS[i], dataset="pmdata", user=u, target_date=SIDS[i].split("/")[2], lookback=14,
+                label=LABELS[i], source="synthetic", system=system, cot=False, model=model, model_id=f"gguf:{model}",
+                prediction=LABELS[i], raw_answer=f"Answer: {LABELS[i]}", latency_s=1.0 + i, prompt_tokens=100 * (i + 1),
+                completion_tokens=10, n_steps=2, cell={"key": f"{system}{model}", "dataset": "pmdata", "lookback": 14})
+    return PredictionRecord(**(base | kw))
+
+
+def _obs(status: str, text: str = "...") -> Step:
+    return Step(kind="observation", content=text, meta={"status": status})
+
+
+def _grid_runs(outdir: Path) -> dict[tuple[str, str], Path]:
+    """Two systems x two backbones over the same five samples. phia/model-a holds one of each failure:
+    sample 1 wrong with a failing code block, 2 unparseable after a forced finish, 3 a harness error,
+    4 right despite a timed-out block. rag/model-b lacks sample 4."""
+    runs = {}
+    for system in ("phia", "rag"):
+        for model in ("model-a", "model-b"):
+            recs = [_rec(i, system, model) for i in range(5)]
+            if (system, model) == ("phia", "model-a"):
+                recs[0].transcript = [Step(kind="code", content="print(1)"), _obs("ok", "1")]
+                recs[1] = _rec(1, system, model, prediction=2, raw_answer="Answer: 2",
+                               transcript=[Step(kind="code", content="print(x)"),
+                                           _obs("error", "NameError: name 'x' is not defined")])
+                recs[2] = _rec(2, system, model, prediction=None, parse_error="no score in the answer",
+                               raw_answer="I cannot tell", transcript=[_obs("no_output", "Code executed (no output)"),
+                                                                       Step(kind="forced_finish", content="...")])
+                recs[3] = _rec(3, system, model, prediction=None, raw_answer="", n_steps=0,
+                               error="BackendError (permanent): boom")
+                recs[4].transcript = [Step(kind="code", content="while True: pass"), _obs("timeout", "timed out")]
+            if (system, model) == ("rag", "model-b"):
+                recs = recs[:4]
+            run = outdir / "runs" / "demo" / "pmdata" / f"{system}__{model}__zs__L14__{system}{model}.jsonl"
+            run.parent.mkdir(parents=True, exist_ok=True)
+            run.write_text("".join(r.model_dump_json() + "\n" for r in recs))
+            runs[(system, model)] = run
+    return runs
+
+
+class _Page(HTMLParser):
+    """Rows of the predictions table (sample, flags, hidden), the same-sample links, and text by element id."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows, self.same, self.by_id = [], [], {}
+        self._table = None
+        self._open: list[tuple[str, str]] = []  # (tag, id) of the open elements that have an id
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self._table = a.get("id")
+        if tag == "tr" and self._table == "predictions" and "data-sample" in a:
+            self.rows.append({"sample": a["data-sample"], "flags": a.get("data-flags", "").split(),
+                              "hidden": "hidden" in a})
+        if tag == "a" and self._table == "same-sample":
+            self.same.append(a["href"])
+        if a.get("id"):
+            self._open.append((tag, a["id"]))
+            self.by_id[a["id"]] = ""
+
+    def handle_data(self, data):
+        for _, i in self._open:
+            self.by_id[i] += data
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._table = None
+        if self._open and self._open[-1][0] == tag:
+            self._open.pop()
+
+
+def _parse(html: str) -> _Page:
+    p = _Page()
+    p.feed(html)
+    return p
+
+
+def _run_page(report_root: Path, system: str, model: str) -> Path:
+    (page,) = (report_root / "runs").glob(f"pmdata__{system}__{model}__*.html")
+    return page
+
+
+def test_run_page_summary_matches_metrics_and_rows_carry_their_failures(outdir):
+    from balms import metrics
+    from balms.report_html import build_report
+
+    runs = _grid_runs(outdir)
+    build_report("demo", outdir / "report")
+    page = _parse(_run_page(outdir / "report", "phia", "model-a").read_text())
+    flags = {r["sample"]: sorted(r["flags"]) for r in page.rows}
+    assert flags == {SIDS[0]: [], SIDS[1]: ["code_error", "wrong"], SIDS[2]: ["forced_finish", "unparseable"],
+                     SIDS[3]: ["harness_error"], SIDS[4]: ["code_error"]}
+    assert not any(r["hidden"] for r in page.rows)  # without JS every row shows
+    recs = [json.loads(line) for line in runs[("phia", "model-a")].read_text().splitlines()]
+    ci = metrics.mae_ci(recs)
+    assert round(ci["mae"], 2) == 0.67  # |4-2| over the three parsed predictions
+    mae_text = " ".join(page.by_id["mae"].split())
+    assert mae_text.startswith(f"{ci['mae']:.2f} (95% CI {ci['ci_low']:.2f} – {ci['ci_high']:.2f}"), mae_text
+    assert " ".join(page.by_id["parse-failures"].split()).startswith("40% (2 of 5, of which 1 harness error(s))")
+    assert " ".join(page.by_id["modal"].split()) == "unparseable (40% of predictions)"
+    assert page.by_id["n"].strip() == "5"
+    index = (outdir / "report" / "index.html").read_text()
+    assert "0.67 (" in index and "40%" in index
+
+
+def test_sample_pages_link_to_the_same_sample_under_every_other_system_and_backbone(outdir):
+    from balms.report_html import build_report
+
+    _grid_runs(outdir)
+    root = outdir / "report"
+    build_report("demo", root)
+    rec_dir = _run_page(root, "phia", "model-a").with_suffix("")
+    for i, n_other in ((0, 3), (4, 2)):  # rag/model-b lacks sample 4
+        page = rec_dir / f"{i}.html"
+        links = _parse(page.read_text()).same
+        assert len(links) == n_other, links
+        targets = {(page.parent / href).resolve() for href in links}
+        assert all(t.is_file() for t in targets), links
+        for t in targets:
+            text = t.read_text()
+            assert f"Sample <b>{SIDS[i]}</b>" in text  # the very same sample, not the same row number
+            assert page.resolve() in {(t.parent / h).resolve() for h in _parse(text).same}  # and back
+        systems = {(t.parent.name.split("__")[1], t.parent.name.split("__")[2]) for t in targets}
+        assert systems == {("phia", "model-b"), ("rag", "model-a"), ("rag", "model-b")} - (
+            {("rag", "model-b")} if i == 4 else set())
+    assert _all_links_resolve(root) == []
+
+
+def test_static_assets_ship_and_code_error_statuses_are_sandbox_statuses(outdir):
+    from balms.agents.sandbox import STATUSES
+    from balms.report_html import CODE_ERROR_STATUSES, FILTERS, STATIC_FILES, build_report
+
+    assert set(CODE_ERROR_STATUSES) < set(STATUSES) and "ok" not in CODE_ERROR_STATUSES
+    build_report("demo", outdir / "report")
+    for name in STATIC_FILES:
+        assert (outdir / "report" / "static" / name).stat().st_size > 100
+    js = (outdir / "report" / "static" / "report.js").read_text()
+    assert "http" not in js  # nothing fetched from anywhere
+    assert [f[0] for f in FILTERS][0] == "all"
+
+
+def _chromium_or_skip() -> str:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("chromium not installed (make install-browser): the client-side filter cannot be checked")
+    return chromium
+
+
+def _dump_dom(chromium: str, url: str, profile_dir: Path) -> str:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile_dir}"]
+    p = subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert "<body" in p.stdout, f"{url}: chromium printed no DOM: {p.stderr[-500:]}"
+    return p.stdout
+
+
+@pytest.mark.slow
+def test_run_page_filter_from_the_url_in_headless_chromium(outdir):
+    chromium = _chromium_or_skip()
+    from balms.report_html import build_report
+
+    _grid_runs(outdir)
+    build_report("demo", outdir / "report")
+    url = _run_page(outdir / "report", "phia", "model-a").as_uri()
+    expect = {"": [0, 1, 2, 3, 4], "#filter=all": [0, 1, 2, 3, 4], "#filter=wrong": [1],
+              "#filter=unparseable": [2], "#filter=forced_finish": [2], "#filter=code_error": [1, 4],
+              "#filter=harness_error": [3], "?filter=code_error": [1, 4], "#filter=nonsense": [0, 1, 2, 3, 4]}
+    for suffix, want in expect.items():
+        page = _parse(_dump_dom(chromium, url + suffix, outdir / "chrome"))
+        shown = [r["sample"] for r in page.rows if not r["hidden"]]
+        assert shown == [SIDS[i] for i in want], suffix
+        status = " ".join(page.by_id["filter-status"].split())
+        if suffix.endswith("nonsense"):
+            assert status.startswith("unknown filter"), status
+        else:
+            assert status.startswith(f"showing {len(want)} of 5 predictions"), status

@@ -8,6 +8,8 @@ other code.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,23 +99,41 @@ def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, co
     return run_cell_spec(cfg, cell, progress=progress)
 
 
+def describe_cell(spec: CellSpec, options: dict | None = None) -> str:
+    """One line naming a cell, for progress output: "pmdata rag qwen2.5-coder-0.5b zs L14 [channels=...]"."""
+    extra = " ".join(f"{k}={v}" for k, v in (options or {}).items())
+    if len(extra) > 60:
+        extra = extra[:57] + "..."
+    return " ".join(x for x in (spec.dataset, spec.system, spec.model, "cot" if spec.cot else "zs",
+                                f"L{spec.lookback}", extra) if x)
+
+
 def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,),
              lookbacks=(None,), options: dict | None = None, samples_for=None,
-             keep_transcript: bool = False) -> pd.DataFrame:
-    """Run every cell of the grid; one row per prediction record (transcripts only when asked: they are big)."""
+             keep_transcript: bool = False, progress: bool = True) -> pd.DataFrame:
+    """Run every cell of the grid; one row per prediction record (transcripts only when asked: they are big).
+
+    With `progress`, each cell is announced on stderr ("[<notebook>] cell 3/12: pmdata rag <model> zs L14",
+    the notebook from BALMS_NOTEBOOK, which the Makefile sets) before the runner's bar, so a long `make paper`
+    shows where it is; papermill passes the kernel's stderr on to the terminal."""
+    combos = [(d, L, m, s, c) for d in (datasets or cfg.datasets) for L in lookbacks
+              for m in (models or cfg.backbones) for s in (systems or cfg.systems) for c in cots]
+    where = os.environ.get("BALMS_NOTEBOOK")
+    samples_of: dict = {}
     rows = []
-    for d in datasets or cfg.datasets:
-        for L in lookbacks:
-            samples = samples_for(d) if samples_for else None
-            for m in models or cfg.backbones:
-                for s in systems or cfg.systems:
-                    for c in cots:
-                        recs = run_cell(cfg, d, s, m, cot=c, lookback=L, options=options, samples=samples)
-                        drop = set() if keep_transcript else {"transcript"}
-                        rows.extend(r.model_dump(exclude=drop) | {
-                            "n_transcript": len(r.transcript), "cell_key": (r.cell or {}).get("key"),
-                            "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
-                            for r in recs)
+    for k, (d, L, m, s, c) in enumerate(combos, 1):
+        if (d, L) not in samples_of:
+            samples_of[(d, L)] = samples_for(d) if samples_for else None
+        cell = make_cell(cfg, d, s, m, cot=c, lookback=L, options=options, samples=samples_of[(d, L)])
+        if progress:
+            print(f"{f'[{where}] ' if where else ''}cell {k}/{len(combos)}: {describe_cell(cell.spec, options)}",
+                  file=sys.stderr, flush=True)
+        recs = run_cell_spec(cfg, cell, progress=progress)
+        drop = set() if keep_transcript else {"transcript"}
+        rows.extend(r.model_dump(exclude=drop) | {
+            "n_transcript": len(r.transcript), "cell_key": (r.cell or {}).get("key"),
+            "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
+            for r in recs)
     return pd.DataFrame(rows)
 
 
