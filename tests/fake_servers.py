@@ -50,12 +50,16 @@ class _Server(ThreadingHTTPServer):
 class FakeServerBase:
     kind = "base"
 
-    def __init__(self, *, latency: float = 0.0, faults=(), timeout_sleep: float = 3.0, retry_after: str | None = "0"):
+    def __init__(self, *, latency: float = 0.0, faults=(), timeout_sleep: float = 3.0, retry_after: str | None = "0",
+                 models=("fake-model",), strict: bool = False):
+        self.models = list(models)  # what GET /v1/models lists
+        self.strict = strict  # strict: a request for a model not in `models` gets vLLM's 404
         self.latency = latency
         self.faults: deque[str] = deque(faults)
         self.timeout_sleep = timeout_sleep
         self.retry_after = retry_after
         self.requests: list[dict] = []
+        self.n_gets = 0  # GET /v1/models requests (routing asks once per process)
         self.fault_log: list[str] = []
         self.lock = threading.Lock()
         self.httpd = _Server(("127.0.0.1", 0), self._handler())
@@ -115,14 +119,21 @@ class FakeServerBase:
                 self.wfile.flush()
 
             def do_GET(self):
-                body = json.dumps({"object": "list", "data": [{"id": "fake-model", "object": "model"}]}).encode()
-                self._send(200, body)
+                with server.lock:
+                    server.n_gets += 1
+                body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
+                self._send(200, body.encode())
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 payload = json.loads(self.rfile.read(n) or b"{}")
                 with server.lock:
                     server.requests.append(payload)
+                if server.strict and payload.get("model") not in server.models:
+                    err = {"error": {"message": f"The model `{payload.get('model')}` does not exist.",
+                                     "type": "NotFoundError", "code": 404}}
+                    self._send(404, json.dumps(err).encode())
+                    return
                 fault = server.next_fault()
                 if fault == "ok":
                     fault = None
