@@ -169,12 +169,15 @@ class FakeOpenAIServer(FakeServerBase):
 
     def respond(self, payload: dict) -> dict:
         text = payload.get("x_reply") or _echo_text(payload)
+        message = {"role": "assistant", "content": text}
+        if payload.get("x_reasoning"):  # vLLM --reasoning-parser: the trace in its own field
+            message["reasoning_content"] = payload["x_reasoning"]
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "model": payload.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+            "choices": [{"index": 0, "message": message, "finish_reason": payload.get("x_finish") or "stop"}],
+            "usage": payload.get("x_usage") or {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }
 
 

@@ -38,7 +38,7 @@ from typing import Sequence
 import httpx
 
 from balms.models.base import BackendError, Completion, GenParams, Message
-from balms.models.reasoning import estimate_reasoning_tokens, split_reasoning
+from balms.models.reasoning import estimate_reasoning_tokens, split_completion
 
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 
@@ -69,7 +69,7 @@ class OpenAICompatBackend:
     def __init__(self, model_id: str, base_urls: Sequence[str] | str, *, name: str | None = None,
                  api_key: str | None = None, timeout_s: float = 300.0, connect_timeout_s: float = 10.0,
                  max_connections: int = 256, json_style: str = "vllm", extra_body: dict | None = None,
-                 routed: bool = False):
+                 routed: bool = False, reasoning_model: bool = False):
         if isinstance(base_urls, str):
             base_urls = [u for u in base_urls.split(",") if u.strip()]
         if not base_urls:
@@ -95,6 +95,7 @@ class OpenAICompatBackend:
         self._rr = itertools.count()
         # routed: base_urls are candidates; on first use keep only those whose /v1/models lists model_id
         self._routed = not routed
+        self.reasoning_model = reasoning_model  # registry is_reasoning: a cut-off tagless text is all thought
         self.candidates = list(self.base_urls)
 
     def _route(self) -> None:
@@ -196,8 +197,9 @@ class OpenAICompatBackend:
                 f"{self.model_id}: response from {url} lacks choices[0].message: {json.dumps(data)[:200]}",
                 transient=False) from exc
         full = msg.get("content") or ""
-        answer, reasoning = split_reasoning(full)
         server_reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        answer, reasoning = split_completion(full, choice.get("finish_reason"),
+                                             self.reasoning_model and not server_reasoning)
         if server_reasoning:  # vLLM --reasoning-parser splits it for us
             reasoning = server_reasoning + (("\n" + reasoning) if reasoning else "")
         usage = data.get("usage") or {}

@@ -190,6 +190,7 @@ def build_raw_backend(name: str, **overrides):
                 f"model {name!r} is served over HTTP: list the servers in BALMS_VLLM_BASE_URLS (comma-separated, "
                 "e.g. http://gpu1:8000/v1,http://gpu2:8000/v1) or a profile's `servers:`, or pass base_urls=[...]; "
                 "see balms.models.openai_http")
+        overrides.setdefault("reasoning_model", s.is_reasoning)
         return OpenAICompatBackend(model_id or s.model_id, urls, name=s.name, routed=routed, **overrides)
     if kind == "vllm-local":
         from balms.models.vllm_local import VLLMLocalBackend
