@@ -345,3 +345,77 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+class FakeAnthropicBatchServer(FakeAnthropicServer):
+    """The Message Batches endpoints on top of /v1/messages: POST /v1/messages/batches, GET .../{id} (ends after
+    `polls_to_end` retrieves), GET .../{id}/results (JSONL). Each request's outcome is taken, at submission, from
+    `outcomes` in order ("succeeded", "overloaded", "invalid", "expired", "canceled"); then "succeeded"."""
+
+    def __init__(self, *, outcomes=(), polls_to_end: int = 1, **kw):
+        super().__init__(**kw)
+        self.outcomes: deque[str] = deque(outcomes)
+        self.polls_to_end = polls_to_end
+        self.batches: dict[str, dict] = {}  # id -> {"requests": [...], "outcomes": [...], "polls": n}
+        self.direct = 0  # POST /v1/messages (not batched) requests
+
+    def _batch_obj(self, bid: str) -> dict:
+        b = self.batches[bid]
+        ended = b["polls"] >= self.polls_to_end
+        counts = {"processing": 0 if ended else len(b["requests"]), "succeeded": 0, "errored": 0, "canceled": 0,
+                  "expired": 0}
+        return {"id": bid, "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
+                "request_counts": counts, "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z",
+                "ended_at": "2026-01-01T01:00:00Z" if ended else None, "archived_at": None,
+                "cancel_initiated_at": None,
+                "results_url": f"{self.url}/v1/messages/batches/{bid}/results" if ended else None}
+
+    def _result_line(self, req: dict, outcome: str) -> dict:
+        cid = req["custom_id"]
+        if outcome == "succeeded":
+            return {"custom_id": cid, "result": {"type": "succeeded", "message": self.respond(req["params"])}}
+        if outcome in ("overloaded", "invalid"):
+            etype = "overloaded_error" if outcome == "overloaded" else "invalid_request_error"
+            return {"custom_id": cid, "result": {"type": "errored", "error": {
+                "type": "error", "error": {"type": etype, "message": f"injected {outcome}"}}}}
+        return {"custom_id": cid, "result": {"type": outcome}}
+
+    def _handler(self):
+        base = super()._handler()
+        server = self
+
+        class Handler(base):
+            def do_GET(self):
+                parts = self.path.rstrip("/").split("/")  # ['', 'v1', 'messages', 'batches', id, ('results')]
+                if len(parts) >= 5 and parts[3] == "batches" and parts[4] in server.batches:
+                    bid = parts[4]
+                    with server.lock:
+                        if len(parts) == 6 and parts[5] == "results":
+                            b = server.batches[bid]
+                            lines = [json.dumps(server._result_line(r, o)) for r, o in zip(b["requests"], b["outcomes"])]
+                            self._send(200, ("\n".join(lines) + "\n").encode())
+                            return
+                        server.batches[bid]["polls"] += 1
+                        body = server._batch_obj(bid)
+                    self._send(200, json.dumps(body).encode())
+                    return
+                self._send(404, json.dumps({"type": "error", "error": {"type": "not_found_error",
+                                                                       "message": self.path}}).encode())
+
+            def do_POST(self):
+                if self.path.rstrip("/").endswith("/messages/batches"):
+                    n = int(self.headers.get("Content-Length") or 0)
+                    payload = json.loads(self.rfile.read(n) or b"{}")
+                    with server.lock:
+                        bid = f"msgbatch_{len(server.batches) + 1:04d}"
+                        reqs = payload["requests"]
+                        outs = [server.outcomes.popleft() if server.outcomes else "succeeded" for _ in reqs]
+                        server.batches[bid] = {"requests": reqs, "outcomes": outs, "polls": 0}
+                        body = server._batch_obj(bid)
+                    self._send(200, json.dumps(body).encode())
+                    return
+                with server.lock:
+                    server.direct += 1
+                super().do_POST()
+
+        return Handler

@@ -205,7 +205,7 @@ class Usage:
         self.batch_prompt = self.prompt_tokens if self.batchable else 0.0
         self.batch_output = self.output_tokens if self.batchable else 0.0
 
-    def add(self, other: "Usage", k: float = 1.0) -> None:
+    def add(self, other: Usage, k: float = 1.0) -> None:
         self.calls += other.calls * k
         self.prompt_tokens += other.prompt_tokens * k
         self.output_tokens += other.output_tokens * k
@@ -403,7 +403,7 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 3, embed: bool = False,
                 up_calls = int(cfg.phia_max_iters) + 1
                 ty_calls = min(TYPICAL_PHIA_CALLS, up_calls)
 
-                def conv(calls, out_per_step, obs):
+                def conv(calls, out_per_step, obs, p0=p0):
                     return sum(p0 + k * (out_per_step + obs) for k in range(calls))
 
                 up = Usage(n * up_calls, n * conv(up_calls, step, PHIA_OBSERVATION_TOKENS["upper"]), n * up_calls * step)
