@@ -25,11 +25,12 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser test test-fast test-slow test-notebooks data paper notebook report \
         bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint export-responses \
-        replay-check FORCE
+        replay-check plan plan-confirm FORCE
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
 	@echo "  Variables: PROFILE=demo|smoke|paper (default demo), P=\"-p name value ...\" papermill overrides,"
+	@echo "             YES=1 (make paper PROFILE=paper without asking after the plan),"
 	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS,"
 	@echo "             LLAMA_FLAVOR=auto|avx512|avx2 (llama.cpp build for make install)"
 
@@ -82,6 +83,19 @@ FORCE:
 
 paper: $(EXECUTED) ## Run every notebook with papermill (PROFILE=demo by default), then index the artefacts
 	$(PY) -m balms.report index --profile $(PROFILE)
+
+plan: ## Calls, tokens, GPU hours and Claude cost of PROFILE before any model call (balms plan)
+	$(PY) -m balms.cli plan --profile $(PROFILE) --set "$$BALMS_P"
+
+# The paper profile costs GPU days and dollars: print the plan and go on only when confirmed (or YES=1).
+ifeq ($(PROFILE),paper)
+$(EXECUTED): | plan-confirm
+endif
+plan-confirm:
+	$(PY) -m balms.cli plan --profile $(PROFILE) --set "$$BALMS_P"
+	@if [ "$(YES)" = 1 ]; then echo "YES=1: going on"; \
+	else read -r -p "Run profile $(PROFILE) as planned above? [y/N] " a || a=; \
+	  case "$$a" in y|Y|yes) ;; *) echo "stopped before any model call (YES=1 skips this question)"; exit 1;; esac; fi
 
 # Progress on the terminal: run_grid announces each cell ("[01_prediction] cell 3/12: pmdata rag ... zs L14") and
 # the runner draws its bar, both on the kernel's stderr; --stderr-file - passes that stream through as it

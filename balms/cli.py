@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     ("models", "balms.models.cli"),
     ("run", "balms.run_cli"),
     ("config", "balms.experiments.config"),
+    ("plan", "balms.experiments.plan"),
     ("bundle", "balms.bundle"),
     ("sandbox", "balms.agents.sandbox_cli"),
     ("judge", "balms.judges.cli"),

@@ -43,7 +43,8 @@ class PredictionRecord(BaseModel):
     transcript: list[Step] = Field(default_factory=list)
     n_steps: int = 1  # model calls made for this sample
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = 0  # all generated tokens, reasoning included
+    reasoning_tokens: int = 0  # of which reasoning (a reasoning model's trace); answer tokens = the difference
     # agent latency for this sample (model + tools); cache-replayed calls count at their measured latency
     latency_s: float = 0.0
     wall_s: float | None = None  # wall time of the run that wrote the record (small when calls came from the cache)

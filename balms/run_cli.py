@@ -28,6 +28,13 @@ def _run(args) -> int:
     except ex.ConfigError as exc:
         raise SystemExit(f"balms run: {exc}") from None
     cfg = cfg.replace(profile=args.profile)
+    from balms.models.registry import UnknownModelError
+    from balms.models.routing import RoutingError, check_models
+
+    try:  # before any call: an unknown name or a model without a server is one message, not a traceback
+        check_models([args.model], cfg.servers, cache_mode=cfg.cache_mode)
+    except (UnknownModelError, RoutingError) as exc:
+        raise SystemExit(f"balms run: {exc}") from None
     recs = ex.run_cell(cfg, args.dataset, args.system, args.model, cot=args.cot, lookback=args.lookback,
                        options=dict(_parse_option(o) for o in args.option))
     import pandas as pd

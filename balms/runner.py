@@ -209,6 +209,7 @@ def _usage(records: Sequence[PredictionRecord]) -> dict:
         "n_parse_failures": sum(r.error is None and r.prediction is None for r in records),
         "prompt_tokens": sum(r.prompt_tokens for r in records),
         "completion_tokens": sum(r.completion_tokens for r in records),
+        "reasoning_tokens": sum(r.reasoning_tokens for r in records),
         "model_calls": sum(r.n_steps for r in records),
         "agent_latency_s": round(sum(r.latency_s for r in records), 3),
         "estimated_cost_usd": round(sum(r.cost_usd for r in records), 6),

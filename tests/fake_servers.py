@@ -50,12 +50,16 @@ class _Server(ThreadingHTTPServer):
 class FakeServerBase:
     kind = "base"
 
-    def __init__(self, *, latency: float = 0.0, faults=(), timeout_sleep: float = 3.0, retry_after: str | None = "0"):
+    def __init__(self, *, latency: float = 0.0, faults=(), timeout_sleep: float = 3.0, retry_after: str | None = "0",
+                 models=("fake-model",), strict: bool = False):
+        self.models = list(models)  # what GET /v1/models lists
+        self.strict = strict  # strict: a request for a model not in `models` gets vLLM's 404
         self.latency = latency
         self.faults: deque[str] = deque(faults)
         self.timeout_sleep = timeout_sleep
         self.retry_after = retry_after
         self.requests: list[dict] = []
+        self.n_gets = 0  # GET /v1/models requests (routing asks once per process)
         self.fault_log: list[str] = []
         self.lock = threading.Lock()
         self.httpd = _Server(("127.0.0.1", 0), self._handler())
@@ -115,14 +119,21 @@ class FakeServerBase:
                 self.wfile.flush()
 
             def do_GET(self):
-                body = json.dumps({"object": "list", "data": [{"id": "fake-model", "object": "model"}]}).encode()
-                self._send(200, body)
+                with server.lock:
+                    server.n_gets += 1
+                body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
+                self._send(200, body.encode())
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 payload = json.loads(self.rfile.read(n) or b"{}")
                 with server.lock:
                     server.requests.append(payload)
+                if server.strict and payload.get("model") not in server.models:
+                    err = {"error": {"message": f"The model `{payload.get('model')}` does not exist.",
+                                     "type": "NotFoundError", "code": 404}}
+                    self._send(404, json.dumps(err).encode())
+                    return
                 fault = server.next_fault()
                 if fault == "ok":
                     fault = None
@@ -158,12 +169,15 @@ class FakeOpenAIServer(FakeServerBase):
 
     def respond(self, payload: dict) -> dict:
         text = payload.get("x_reply") or _echo_text(payload)
+        message = {"role": "assistant", "content": text}
+        if payload.get("x_reasoning"):  # vLLM --reasoning-parser: the trace in its own field
+            message["reasoning_content"] = payload["x_reasoning"]
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "model": payload.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+            "choices": [{"index": 0, "message": message, "finish_reason": payload.get("x_finish") or "stop"}],
+            "usage": payload.get("x_usage") or {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }
 
 
@@ -331,3 +345,78 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+class FakeAnthropicBatchServer(FakeAnthropicServer):
+    """The Message Batches endpoints on top of /v1/messages: POST /v1/messages/batches, GET .../{id} (ends after
+    `polls_to_end` retrieves), GET .../{id}/results (JSONL). Each request's outcome is taken, at submission, from
+    `outcomes` in order ("succeeded", "overloaded", "invalid", "expired", "canceled"); then "succeeded"."""
+
+    def __init__(self, *, outcomes=(), polls_to_end: int = 1, **kw):
+        super().__init__(**kw)
+        self.outcomes: deque[str] = deque(outcomes)
+        self.polls_to_end = polls_to_end
+        self.batches: dict[str, dict] = {}  # id -> {"requests": [...], "outcomes": [...], "polls": n}
+        self.direct = 0  # POST /v1/messages (not batched) requests
+
+    def _batch_obj(self, bid: str) -> dict:
+        b = self.batches[bid]
+        ended = b["polls"] >= self.polls_to_end
+        counts = {"processing": 0 if ended else len(b["requests"]), "succeeded": 0, "errored": 0, "canceled": 0,
+                  "expired": 0}
+        return {"id": bid, "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
+                "request_counts": counts, "created_at": "2026-01-01T00:00:00Z", "expires_at": "2026-01-02T00:00:00Z",
+                "ended_at": "2026-01-01T01:00:00Z" if ended else None, "archived_at": None,
+                "cancel_initiated_at": None,
+                "results_url": f"{self.url}/v1/messages/batches/{bid}/results" if ended else None}
+
+    def _result_line(self, req: dict, outcome: str) -> dict:
+        cid = req["custom_id"]
+        if outcome == "succeeded":
+            return {"custom_id": cid, "result": {"type": "succeeded", "message": self.respond(req["params"])}}
+        if outcome in ("overloaded", "invalid"):
+            etype = "overloaded_error" if outcome == "overloaded" else "invalid_request_error"
+            return {"custom_id": cid, "result": {"type": "errored", "error": {
+                "type": "error", "error": {"type": etype, "message": f"injected {outcome}"}}}}
+        return {"custom_id": cid, "result": {"type": outcome}}
+
+    def _handler(self):
+        base = super()._handler()
+        server = self
+
+        class Handler(base):
+            def do_GET(self):
+                parts = self.path.rstrip("/").split("/")  # ['', 'v1', 'messages', 'batches', id, ('results')]
+                if len(parts) >= 5 and parts[3] == "batches" and parts[4] in server.batches:
+                    bid = parts[4]
+                    with server.lock:
+                        if len(parts) == 6 and parts[5] == "results":
+                            b = server.batches[bid]
+                            pairs = zip(b["requests"], b["outcomes"], strict=True)
+                            lines = [json.dumps(server._result_line(r, o)) for r, o in pairs]
+                            self._send(200, ("\n".join(lines) + "\n").encode())
+                            return
+                        server.batches[bid]["polls"] += 1
+                        body = server._batch_obj(bid)
+                    self._send(200, json.dumps(body).encode())
+                    return
+                self._send(404, json.dumps({"type": "error", "error": {"type": "not_found_error",
+                                                                       "message": self.path}}).encode())
+
+            def do_POST(self):
+                if self.path.rstrip("/").endswith("/messages/batches"):
+                    n = int(self.headers.get("Content-Length") or 0)
+                    payload = json.loads(self.rfile.read(n) or b"{}")
+                    with server.lock:
+                        bid = f"msgbatch_{len(server.batches) + 1:04d}"
+                        reqs = payload["requests"]
+                        outs = [server.outcomes.popleft() if server.outcomes else "succeeded" for _ in reqs]
+                        server.batches[bid] = {"requests": reqs, "outcomes": outs, "polls": 0}
+                        body = server._batch_obj(bid)
+                    self._send(200, json.dumps(body).encode())
+                    return
+                with server.lock:
+                    server.direct += 1
+                super().do_POST()
+
+        return Handler

@@ -207,3 +207,56 @@ def test_real_llamacpp_servers_through_backend(llama_servers):
     assert isinstance(json.loads(c.text)["stress"], int)
     assert "smollm2" in b.list_served_models()
     b.close()
+
+
+def test_reasoning_content_field_and_reported_reasoning_tokens():
+    """vLLM with --reasoning-parser: the trace arrives in `reasoning_content`, the answer alone in `content`."""
+    usage = {"prompt_tokens": 40, "completion_tokens": 300, "completion_tokens_details": {"reasoning_tokens": 290}}
+    with FakeOpenAIServer() as srv:
+        b = OpenAICompatBackend("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", [srv.url], reasoning_model=True,
+                                extra_body={"x_reply": "Answer: 4", "x_reasoning": "HR up, sleep down.",
+                                            "x_usage": usage})
+        c = b.generate(MSGS, GenParams())
+        got = (c.text, c.reasoning, c.completion_tokens, c.reasoning_tokens)
+        assert got == ("Answer: 4", "HR up, sleep down.", 300, 290)
+        b.close()
+
+
+def test_reasoning_model_cut_before_closing_tag_has_no_answer():
+    """R1's template opens <think> in the prompt: a text cut at max_tokens has no tag and is all thought."""
+    cut = "Okay, stress looks like 3 because sleep"
+    with FakeOpenAIServer() as srv:
+        r1 = OpenAICompatBackend("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", [srv.url], reasoning_model=True,
+                                 extra_body={"x_reply": cut, "x_finish": "length"})
+        c = r1.generate(MSGS, GenParams())
+        assert c.text == "" and c.reasoning == cut and c.finish_reason == "length" and c.reasoning_tokens == 7
+        direct = OpenAICompatBackend("Qwen/Qwen2.5-7B-Instruct", [srv.url],
+                                     extra_body={"x_reply": cut, "x_finish": "length"})
+        assert direct.generate(MSGS, GenParams()).text == cut  # a direct model's cut answer stays its answer
+        done = OpenAICompatBackend("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", [srv.url], reasoning_model=True,
+                                   extra_body={"x_reply": "Answer: 2"})
+        assert done.generate(MSGS, GenParams()).text == "Answer: 2"  # finished without thinking: kept
+        r1.close(), direct.close(), done.close()
+
+
+def test_episode_counts_reasoning_once_and_apart():
+    """Backends' completion_tokens include the trace; records keep it as a separate count, never added twice."""
+    from balms.agents.common import Episode
+    from balms.models.base import Completion
+
+    class R1:
+        model_id, name = "r1", "r1"
+
+        def generate(self, messages, params):
+            return Completion(text="Answer: 3", model_id="r1", prompt_tokens=50, completion_tokens=120,
+                              reasoning="long thought", reasoning_tokens=110)
+
+    ep = Episode(R1())
+    ep.call(MSGS, GenParams())
+    ep.call(MSGS, GenParams())
+    assert (ep.completion_tokens, ep.reasoning_tokens, ep.prompt_tokens) == (240, 220, 100)
+    ep.replay("summary", "s", prompt_tokens=5, completion_tokens=20, latency_s=0.1, reasoning_tokens=15)
+    assert (ep.completion_tokens, ep.reasoning_tokens) == (260, 235)
+    from balms.records import PredictionRecord
+
+    assert PredictionRecord(sample_id="x", system="s", model="m", model_id="m").reasoning_tokens == 0

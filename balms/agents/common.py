@@ -37,7 +37,8 @@ class Episode:
     transcript: list[Step] = field(default_factory=list)
     n_calls: int = 0
     prompt_tokens: int = 0
-    completion_tokens: int = 0
+    completion_tokens: int = 0  # every generated token, reasoning included (what the GPU spends, what is billed)
+    reasoning_tokens: int = 0  # the part of completion_tokens spent in reasoning traces (<think>, reasoning_content)
     t0: float = field(default_factory=time.perf_counter)
     model_id: str = ""
     # Cache-replayed calls take milliseconds; they are counted at the latency measured when they were generated,
@@ -61,7 +62,9 @@ class Episode:
             self.replay_adjust_s += max(float(comp.latency_s or 0.0) - (time.perf_counter() - t), 0.0)
         self.n_calls += 1
         self.prompt_tokens += int(comp.prompt_tokens or 0)
-        self.completion_tokens += int(comp.completion_tokens or 0) + int(comp.reasoning_tokens or 0)
+        # backends' completion_tokens already include the reasoning trace: count it once, and apart
+        self.completion_tokens += int(comp.completion_tokens or 0)
+        self.reasoning_tokens += int(comp.reasoning_tokens or 0)
         self.model_id = comp.model_id or self.model_id
         step_meta = dict(prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens,
                          finish_reason=comp.finish_reason, latency_s=round(comp.latency_s, 4),
@@ -73,12 +76,13 @@ class Episode:
         return comp
 
     def replay(self, kind: str, content: str, *, prompt_tokens: int, completion_tokens: int, latency_s: float,
-               **meta) -> Step:
+               reasoning_tokens: int = 0, **meta) -> Step:
         """A model output reused from an agent-level cache (RAPTOR's day summaries): logged and counted as the
         call it was, at its recorded tokens and latency, so a sample's cost does not depend on run order."""
         self.n_calls += 1
         self.prompt_tokens += int(prompt_tokens or 0)
         self.completion_tokens += int(completion_tokens or 0)
+        self.reasoning_tokens += int(reasoning_tokens or 0)
         self.replay_adjust_s += float(latency_s or 0.0)
         return self.log(kind, content, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                         latency_s=round(float(latency_s or 0.0), 4), cached=True, **meta)
@@ -113,6 +117,7 @@ def build_record(*, system: str, cot: bool, sample: Sample, tables: DatasetTable
         n_steps=episode.n_calls,
         prompt_tokens=episode.prompt_tokens,
         completion_tokens=episode.completion_tokens,
+        reasoning_tokens=episode.reasoning_tokens,
         latency_s=round(episode.latency, 4),
         wall_s=round(episode.elapsed, 4),
         error=error,

@@ -48,6 +48,11 @@ class ExperimentConfig(BaseModel):
     cot_force_answer: bool = True  # a CoT reply cut off by cot_max_tokens is asked for its answer alone (ours)
     phia_max_iters: int = 3
     phia_step_tokens: int = 160  # max tokens per PHIA model call (thought + code)
+    # reasoning models (registry is_reasoning, e.g. DeepSeek-R1-Distill): the <think> trace comes out of the same
+    # max_tokens, so they get their own budgets (balms.models.budgets.budget_for)
+    reasoning_zs_max_tokens: int = 2048
+    reasoning_cot_max_tokens: int = 4096
+    reasoning_phia_step_tokens: int = 2048
     raptor_summary_tokens: int = 48  # max tokens of one RAPTOR day summary
     raptor_memory: Literal["lookback", "history"] = "lookback"  # history = every earlier day (the paper's)
     # look-back sweep (notebook 03)
@@ -64,6 +69,8 @@ class ExperimentConfig(BaseModel):
     judge_max_tokens: int = 160
     judge_justify: bool = False  # False: scores only (the demo's budget mode, about a fifth of the tokens)
     # execution
+    servers: list[str] = []  # OpenAI-compatible base URLs (with BALMS_VLLM_BASE_URLS); routed by /v1/models
+    anthropic_batch: bool = False  # Claude's single-call cells through the Message Batches API (half price)
     cache_mode: Literal["rw", "replay", "off"] = "rw"
     concurrency: int = 1
     raw_root: str | None = None  # default: BALMS_RAW_DIR, else ../shared/data, else data/raw
@@ -84,7 +91,8 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
         return v
 
-    @field_validator("n_samples", "concurrency", "phia_max_iters")
+    @field_validator("n_samples", "concurrency", "phia_max_iters", "reasoning_zs_max_tokens",
+                     "reasoning_cot_max_tokens", "reasoning_phia_step_tokens")
     @classmethod
     def _non_negative(cls, v: int) -> int:
         if v < 0:

@@ -52,23 +52,28 @@ class AnthropicBackend:
 
     supports_timeout = True
 
-    def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
+    def request_params(self, messages: Sequence[Message], params: GenParams) -> dict:
+        """The Messages API parameters for one call (also a batch request's `params`)."""
         if params.grammar:
             raise BackendError(f"{self.model_id}: the Anthropic API has no GBNF grammar support; use json_schema")
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         chat = [m.to_dict() for m in messages if m.role != "system"]
-        kwargs: dict = dict(model=self.model_id, max_tokens=params.max_tokens, messages=chat)
-        if self.sampling_params:
-            sampling = {"temperature": params.temperature}
-            if params.top_p < 1.0:
-                sampling["top_p"] = params.top_p
-            kwargs["extra_body"] = sampling
+        kwargs: dict = {"model": self.model_id, "max_tokens": params.max_tokens, "messages": chat}
         if system:
             kwargs["system"] = system
         if params.stop:
             kwargs["stop_sequences"] = list(params.stop)
         if params.json_schema is not None:
             kwargs["output_config"] = {"format": {"type": "json_schema", "schema": params.json_schema}}
+        return kwargs
+
+    def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
+        kwargs = self.request_params(messages, params)
+        if self.sampling_params:
+            sampling = {"temperature": params.temperature}
+            if params.top_p < 1.0:
+                sampling["top_p"] = params.top_p
+            kwargs["extra_body"] = sampling
         timeout = self.timeout_s if timeout_s is None else timeout_s
         kwargs["timeout"] = timeout
         a = self._anthropic
@@ -80,36 +85,45 @@ class AnthropicBackend:
         except a.APIConnectionError as exc:
             raise BackendError(f"{self.model_id}: connection error: {exc}", transient=True) from exc
         except a.APIStatusError as exc:
-            status = exc.status_code
-            retry_after = parse_retry_after(exc.response.headers.get("retry-after"))
-            etype = ""
-            if isinstance(exc.body, dict):
-                etype = (exc.body.get("error") or {}).get("type", "")
-            raise BackendError(f"{self.model_id}: HTTP {status} {etype}: {exc.message}",
-                               transient=status in TRANSIENT_STATUS, retry_after=retry_after) from exc
+            raise status_error(self.model_id, exc) from exc
         except a.APIResponseValidationError as exc:
             raise BackendError(f"{self.model_id}: malformed response: {exc}", transient=True) from exc
-        latency = time.perf_counter() - t0
-        texts, thoughts = [], []
-        for block in msg.content:
-            if block.type == "text":
-                texts.append(block.text)
-            elif block.type == "thinking":
-                thoughts.append(block.thinking)
-        u = msg.usage
-        prompt_tokens = (u.input_tokens or 0) + (getattr(u, "cache_read_input_tokens", 0) or 0) + (
-            getattr(u, "cache_creation_input_tokens", 0) or 0)
-        return Completion(
-            text="".join(texts),
-            model_id=self.model_id,
-            finish_reason=_FINISH.get(msg.stop_reason or "", msg.stop_reason or "stop"),
-            prompt_tokens=prompt_tokens,
-            completion_tokens=u.output_tokens or 0,
-            latency_s=latency,
-            reasoning="\n".join(thoughts) or None,
-            reasoning_tokens=0,  # the API does not split thinking tokens out of output_tokens
-            raw={"id": msg.id, "served_model": msg.model, "stop_reason": msg.stop_reason},
-        )
+        return completion_from_message(msg, self.model_id, time.perf_counter() - t0)
 
     def close(self) -> None:
         self.client.close()
+
+
+def status_error(model_id: str, exc) -> BackendError:
+    """An APIStatusError as a BackendError: 429/529/5xx transient (with retry-after), other 4xx permanent."""
+    status = exc.status_code
+    retry_after = parse_retry_after(exc.response.headers.get("retry-after"))
+    etype = ""
+    if isinstance(exc.body, dict):
+        etype = (exc.body.get("error") or {}).get("type", "")
+    return BackendError(f"{model_id}: HTTP {status} {etype}: {exc.message}", transient=status in TRANSIENT_STATUS,
+                        retry_after=retry_after)
+
+
+def completion_from_message(msg, model_id: str, latency: float, **raw) -> Completion:
+    """A Messages API `Message` (direct or a batch result) as a Completion."""
+    texts, thoughts = [], []
+    for block in msg.content:
+        if block.type == "text":
+            texts.append(block.text)
+        elif block.type == "thinking":
+            thoughts.append(block.thinking)
+    u = msg.usage
+    prompt_tokens = (u.input_tokens or 0) + (getattr(u, "cache_read_input_tokens", 0) or 0) + (
+        getattr(u, "cache_creation_input_tokens", 0) or 0)
+    return Completion(
+        text="".join(texts),
+        model_id=model_id,
+        finish_reason=_FINISH.get(msg.stop_reason or "", msg.stop_reason or "stop"),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=u.output_tokens or 0,
+        latency_s=latency,
+        reasoning="\n".join(thoughts) or None,
+        reasoning_tokens=0,  # the API does not split thinking tokens out of output_tokens
+        raw={"id": msg.id, "served_model": msg.model, "stop_reason": msg.stop_reason, **raw},
+    )

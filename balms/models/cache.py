@@ -86,6 +86,12 @@ class ResponseCache:
                 (key, request["model_id"], json.dumps(request, ensure_ascii=False), blob, time.time()),
             )
 
+    def has_model(self, model_id: str) -> bool:
+        """Whether any response was recorded for this exact model id (replay of a served-only name)."""
+        with self._lock:
+            row = self._conn.execute("SELECT 1 FROM responses WHERE model_id = ? LIMIT 1", (model_id,)).fetchone()
+        return row is not None
+
     def __len__(self) -> int:
         with self._lock:
             return self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]

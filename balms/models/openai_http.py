@@ -38,7 +38,7 @@ from typing import Sequence
 import httpx
 
 from balms.models.base import BackendError, Completion, GenParams, Message
-from balms.models.reasoning import estimate_reasoning_tokens, split_reasoning
+from balms.models.reasoning import estimate_reasoning_tokens, split_completion
 
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 
@@ -68,7 +68,8 @@ class OpenAICompatBackend:
 
     def __init__(self, model_id: str, base_urls: Sequence[str] | str, *, name: str | None = None,
                  api_key: str | None = None, timeout_s: float = 300.0, connect_timeout_s: float = 10.0,
-                 max_connections: int = 256, json_style: str = "vllm", extra_body: dict | None = None):
+                 max_connections: int = 256, json_style: str = "vllm", extra_body: dict | None = None,
+                 routed: bool = False, reasoning_model: bool = False):
         if isinstance(base_urls, str):
             base_urls = [u for u in base_urls.split(",") if u.strip()]
         if not base_urls:
@@ -92,9 +93,31 @@ class OpenAICompatBackend:
         self._inflight = [0] * len(self.base_urls)
         self.sent = [0] * len(self.base_urls)  # requests sent per base URL
         self._rr = itertools.count()
+        # routed: base_urls are candidates; on first use keep only those whose /v1/models lists model_id
+        self._routed = not routed
+        self.reasoning_model = reasoning_model  # registry is_reasoning: a cut-off tagless text is all thought
+        self.candidates = list(self.base_urls)
+
+    def _route(self) -> None:
+        """Narrow the candidates to the servers that serve this model (balms.models.routing), once."""
+        from balms.models.discovery import RoutingError, route
+
+        with self._lock:
+            if self._routed:
+                return
+            try:
+                urls = route(self.model_id, self.candidates, name=self.name)
+            except RoutingError as exc:
+                raise BackendError(str(exc), transient=False) from None
+            self.base_urls = urls
+            self._inflight = [0] * len(urls)
+            self.sent = [0] * len(urls)
+            self._routed = True
 
     # -- dispatch -------------------------------------------------------------------------------------
     def _acquire(self) -> int:
+        if not self._routed:
+            self._route()
         with self._lock:
             start = next(self._rr) % len(self.base_urls)
             order = [(start + k) % len(self.base_urls) for k in range(len(self.base_urls))]
@@ -174,8 +197,9 @@ class OpenAICompatBackend:
                 f"{self.model_id}: response from {url} lacks choices[0].message: {json.dumps(data)[:200]}",
                 transient=False) from exc
         full = msg.get("content") or ""
-        answer, reasoning = split_reasoning(full)
         server_reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        answer, reasoning = split_completion(full, choice.get("finish_reason"),
+                                             self.reasoning_model and not server_reasoning)
         if server_reasoning:  # vLLM --reasoning-parser splits it for us
             reasoning = server_reasoning + (("\n" + reasoning) if reasoning else "")
         usage = data.get("usage") or {}

@@ -39,3 +39,13 @@ def estimate_reasoning_tokens(full_text: str, reasoning: str | None, completion_
     if not reasoning or not full_text or completion_tokens <= 0:
         return 0
     return min(completion_tokens, round(completion_tokens * len(reasoning) / len(full_text)))
+
+
+def split_completion(text: str, finish_reason: str | None, reasoning_model: bool) -> tuple[str, str | None]:
+    """`split_reasoning`, plus the case tags cannot show: an R1 distill's template opens `<think>` in the prompt,
+    so a generation cut by max_tokens before `</think>` carries no tag at all. For a reasoning model such a
+    text is all thought (answer empty: a parse failure, never a number picked out of a half-finished thought)."""
+    answer, reasoning = split_reasoning(text)
+    if reasoning_model and reasoning is None and finish_reason == "length" and text.strip():
+        return "", text.strip()
+    return answer, reasoning

@@ -5,8 +5,11 @@ the response cache (`cache_dir()/responses.sqlite`, mode "rw") unless `cache_mod
 
 Backends by kind:
 - "llamacpp": embedded llama.cpp with a GGUF from PyPI (CPU; results labelled `is_embedded_cpu`).
-- "openai": OpenAI-compatible HTTP (`vllm serve`, llama.cpp server). Base URLs from `base_urls=` or env
-  BALMS_VLLM_BASE_URLS (comma-separated); requests are spread across them.
+- "openai": OpenAI-compatible HTTP (`vllm serve`, llama.cpp server). The servers come from `servers=` (a
+  profile's `servers:`) and env BALMS_VLLM_BASE_URLS (comma-separated); each model's calls go only to the
+  servers whose `/v1/models` lists its exact id, spread across them (balms.models.routing). `base_urls=` names
+  the servers explicitly and skips that check. A name the registry does not know but a listed server serves
+  runs by that served name.
 - "vllm-local": vLLM in-process (pass `backend="vllm-local"` to any vLLM model).
 - "anthropic": Messages API via the official client; key from ANTHROPIC_API_KEY; model id from
   `model_id=` or env BALMS_ANTHROPIC_MODEL.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from balms.models.pricing import price_of
 
@@ -82,13 +86,59 @@ def default_model_name() -> str:
     return name
 
 
+class UnknownModelError(KeyError):
+    """A model name neither the registry nor (where asked) any listed server knows; says the known names."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0]) if self.args else "unknown model"
+
+
+_SERVED: dict[str, ModelSpec] = {}  # names found only on a server (routing.resolve_spec), this process
+
+
+def register_served_model(name: str) -> ModelSpec:
+    """A model the registry does not know, run by its served name on an OpenAI-compatible server."""
+    s = _SERVED.get(name) or ModelSpec(name, "openai", name, notes="not in the registry; run by its served name")
+    _SERVED[name] = s
+    return s
+
+
 def spec(name: str) -> ModelSpec:
-    if name not in MODELS:
-        lower = {k.lower(): k for k in MODELS}
-        if name.lower() in lower:
-            return MODELS[lower[name.lower()]]
-        raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
-    return MODELS[name]
+    if name in MODELS:
+        return MODELS[name]
+    lower = {k.lower(): k for k in MODELS}
+    if name.lower() in lower:
+        return MODELS[lower[name.lower()]]
+    if name in _SERVED:
+        return _SERVED[name]
+    raise UnknownModelError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
+
+
+def resolve_spec(name: str, servers: Sequence[str] | None = None):
+    """The registry entry for `name`; else, if a listed server serves exactly `name`, an OpenAI-compatible
+    spec with that model id (registered for this process so reports can label it); else UnknownModelError."""
+    from balms.models.discovery import describe_all, discover, server_urls
+
+    try:
+        return spec(name)
+    except UnknownModelError:
+        pass
+    urls = server_urls(servers)
+    infos = discover(urls) if urls else []
+    if any(name in i.models for i in infos):
+        return register_served_model(name)
+    asked = (f"; servers asked:\n{describe_all(infos)}" if infos
+             else "; no server listed (BALMS_VLLM_BASE_URLS / servers:)")
+    raise UnknownModelError(f"unknown model {name!r}: not in the registry (known: {', '.join(MODELS)}) and not served "
+                            f"by any listed server{asked}")
+
+
+def is_reasoning(name: str) -> bool:
+    """Whether a model writes a reasoning trace before its answer (own token budgets; see budget_for)."""
+    try:
+        return spec(name).is_reasoning
+    except UnknownModelError:
+        return False
 
 
 def list_models():
@@ -104,18 +154,27 @@ def list_models():
     return pd.DataFrame(rows).set_index("name", drop=False)
 
 
-def _base_urls(overrides: dict) -> list[str]:
-    urls = overrides.pop("base_urls", None) or overrides.pop("base_url", None) or os.environ.get("BALMS_VLLM_BASE_URLS")
-    if isinstance(urls, str):
-        urls = [u.strip() for u in urls.split(",") if u.strip()]
-    return list(urls or [])
+def _base_urls(overrides: dict) -> tuple[list[str], bool]:
+    """(server URLs, routed): explicit `base_urls=` are used as given; otherwise `servers=` and
+    BALMS_VLLM_BASE_URLS are the candidates, narrowed to the ones serving the model on first call."""
+    from balms.models.discovery import server_urls
+
+    servers = overrides.pop("servers", None)
+    urls = overrides.pop("base_urls", None) or overrides.pop("base_url", None)
+    if urls:
+        if isinstance(urls, str):
+            urls = [u.strip() for u in urls.split(",") if u.strip()]
+        return list(urls), False
+    return server_urls(servers), True
 
 
 def build_raw_backend(name: str, **overrides):
     """The uncached backend for `name`. Overrides: backend, model_id, base_urls, api_key, timeout_s,
     n_threads, model_path, tensor_parallel_size... (unknown keys go to the backend constructor)."""
-    s = spec(name)
+    s = resolve_spec(name, overrides.get("servers")) if overrides.get("backend") in (None, "openai") else spec(name)
     kind = overrides.pop("backend", None) or s.backend
+    if kind != "openai":
+        overrides.pop("servers", None)
     model_id = overrides.pop("model_id", None)
     if kind == "llamacpp":
         from balms.models.gguf_assets import gguf_path
@@ -126,13 +185,14 @@ def build_raw_backend(name: str, **overrides):
     if kind == "openai":
         from balms.models.openai_http import OpenAICompatBackend
 
-        urls = _base_urls(overrides)
+        urls, routed = _base_urls(overrides)
         if not urls:
             raise ValueError(
-                f"model {name!r} is served over HTTP: pass base_urls=[...] or set BALMS_VLLM_BASE_URLS "
-                "(comma-separated, e.g. http://gpu1:8000/v1,http://gpu2:8000/v1); see balms.models.openai_http"
-            )
-        return OpenAICompatBackend(model_id or s.model_id, urls, name=s.name, **overrides)
+                f"model {name!r} is served over HTTP: list the servers in BALMS_VLLM_BASE_URLS (comma-separated, "
+                "e.g. http://gpu1:8000/v1,http://gpu2:8000/v1) or a profile's `servers:`, or pass base_urls=[...]; "
+                "see balms.models.openai_http")
+        overrides.setdefault("reasoning_model", s.is_reasoning)
+        return OpenAICompatBackend(model_id or s.model_id, urls, name=s.name, routed=routed, **overrides)
     if kind == "vllm-local":
         from balms.models.vllm_local import VLLMLocalBackend
 
@@ -181,12 +241,20 @@ def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: 
     """Backend for a registry name (None -> default_model_name()), wrapped in the response cache.
 
     Remote backends (HTTP, Anthropic) also get a retry layer under the cache (`retries=4` by default).
+    `servers=[...]` (a profile's `servers:`) adds to BALMS_VLLM_BASE_URLS for HTTP models; an unknown name
+    raises UnknownModelError with the known names (a KeyError), unless a listed server serves that name.
     """
     from balms.models.cache import CachedBackend
 
     name = name or default_model_name()
     if cache_mode == "replay":  # never calls the model: no server, key or model file needed
-        s = spec(name)
+        try:
+            s = spec(name)
+        except UnknownModelError:
+            if not shared_cache(cache_path).has_model(name):
+                raise UnknownModelError(f"unknown model {name!r}: not in the registry (known: {', '.join(MODELS)}) "
+                                        f"and no recorded response under that served name") from None
+            s = register_served_model(name)
         env_mid = os.environ.get("BALMS_ANTHROPIC_MODEL") if s.backend == "anthropic" else None
         mid = overrides.get("model_id") or env_mid
         raw = ReplayOnlyBackend(mid or s.model_id, s.name)

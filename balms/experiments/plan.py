@@ -1,0 +1,676 @@
+"""`balms plan`: what a profile will cost before any model call: calls, tokens, GPU hours, Claude dollars.
+
+Why: the paper profile runs five backbones and a 70B judge over every test sample; a researcher must know the
+bill (GPU hours per model, Claude at list price and through the Batches API) before starting it.
+
+How:
+- `enumerate_cells(cfg)`: the cells notebooks 01-07 run, from the config alone, in notebook order; a cell two
+  notebooks share (same dataset, system, model, CoT, look-back, options) runs once (response cache, run files)
+  and is counted under the first notebook that runs it (so 06 costs nothing: it re-reads 01/02's cells).
+- Prompt tokens are counted on the real first prompts of the data present (each agent's `first_prompt`), on
+  `per_cell` evenly spaced samples per cell, and scaled to the cell's sample count. Tokens: the model's own
+  tokenizer when its files are in the local Hugging Face cache (never downloaded), else chars/4 (+4 per message).
+- RAG/RAPTOR retrieval in the plan ranks memory with a stand-in hash embedding unless `embed=True`: the prompt
+  length depends on how long the top-k retrieved texts are, not on which are picked, and the real embedder
+  would embed every user's whole history (minutes on a CPU).
+- Output tokens are at each call's budget (an upper bound; `typical` scales them, see ASSUMPTIONS).
+- PHIA: upper bound max_iters + 1 calls per sample (the forced finish), each step re-sending the conversation
+  (the first prompt, every earlier step at its budget and an observation); `typical`: TYPICAL_PHIA_CALLS calls.
+- RAPTOR: one summary call per (user, memory day) and summary set (dataset, model, channels), shared by
+  every RAPTOR cell that uses that set (zero-shot, CoT, look-backs with memory=history).
+- Judge (07): one call per CoT rationale of the judged systems (window + rationale + rubric).
+- GPU hours: (prompt / prefill tok/s + output / decode tok/s) x GPUs per server, per model size class
+  (THROUGHPUT: stated, overridable); vLLM prefix caching (PHIA's repeated prefixes) would lower it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+from balms.experiments.config import ExperimentConfig
+
+NOTEBOOKS = (
+    "01_prediction",
+    "02_cot",
+    "03_long_horizon",
+    "04_ablations",
+    "05_phia_failures",
+    "06_latency",
+    "07_rationale_quality",
+)
+# Aggregate vLLM throughput of ONE server (continuous batching, concurrency ~32), tokens/s, and its GPUs, per size
+# class on A6000-class (48 GB) GPUs. Rough engineering figures, not measurements: override with --throughput.
+THROUGHPUT: dict[str, dict[str, float]] = {
+    "7b": {"prefill": 8000.0, "decode": 1200.0, "gpus": 1},
+    "14b": {"prefill": 5000.0, "decode": 700.0, "gpus": 2},
+    "70b": {"prefill": 1200.0, "decode": 120.0, "gpus": 2},  # 8-bit bitsandbytes, tensor parallel 2
+    "small": {"prefill": 20000.0, "decode": 3000.0, "gpus": 1},
+}
+BATCHABLE_SYSTEMS = ("healthllm", "rag")  # one call per sample, prompt known up front (balms.experiments.batching)
+TYPICAL_PHIA_CALLS = 4  # code, code, answer (+ one nudge or forced finish): what small backbones mostly do
+TYPICAL_OUTPUT_SHARE = 0.5  # CoT, PHIA steps, summaries and judge verdicts stop well before their budget
+PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
+ASSUMPTIONS = [
+    "cells shared by notebooks run once and count under the first notebook (06 re-reads 01/02 cells)",
+    "output tokens at each call's max_tokens budget (upper bound); 'typical' takes zero-shot answers at budget and "
+    f"{TYPICAL_OUTPUT_SHARE:.0%} of the CoT / PHIA step / summary / judge budgets",
+    "PHIA: upper bound max_iters + 1 calls per sample (forced finish), each re-sending the conversation with "
+    f"earlier steps at budget and {PHIA_OBSERVATION_TOKENS['upper']}-token observations; typical {TYPICAL_PHIA_CALLS} "
+    f"calls with {PHIA_OBSERVATION_TOKENS['typical']}-token observations",
+    "RAPTOR: one summary call per (user, memory day) per (dataset, model, channel set), reused across its cells",
+    "RAG/RAPTOR prompts built with a stand-in hash embedding for retrieval (same top-k sizes, not the same texts)"
+    " unless --embed; RAPTOR answer prompts from leaves only (summaries do not exist before the run)",
+    "judge: one call per CoT rationale of judge_systems; rationale at the backbone's CoT budget (upper bound)",
+    "GPU hours = (prompt/prefill + output/decode tokens per second) x GPUs of one server, per size class; "
+    "no prefix caching credit",
+    "Claude: list price; with anthropic_batch, Health-LLM and RAG cells (one call per sample) go through the "
+    "Message Batches API at half price, RAPTOR summaries and PHIA steps stay direct at list price",
+]
+
+
+# ---------------------------------------------------------------------------------------------- cells ---
+@dataclass(frozen=True)
+class PlanCell:
+    """One cell a notebook runs: agents (system = healthllm/rag/raptor/phia) or the judge (system = judge)."""
+
+    notebook: str
+    dataset: str
+    system: str
+    model: str
+    cot: bool = False
+    lookback: int | None = None  # None: the dataset's default look-back
+    options: str = "{}"  # extra agent options as sorted JSON (an ablation's channels, PHIA's executor)
+    judged_model: str | None = None  # judge cells: whose CoT rationales
+
+    def key(self, default_lookback: dict[str, int]) -> tuple:
+        lb = self.lookback if self.lookback is not None else default_lookback.get(self.dataset)
+        return (self.dataset, self.system, self.model, self.cot, lb, self.options, self.judged_model)
+
+    @property
+    def extra(self) -> dict:
+        return json.loads(self.options)
+
+
+def _opts(d: dict | None) -> str:
+    return json.dumps(d or {}, sort_keys=True)
+
+
+def enumerate_cells(
+    cfg: ExperimentConfig, *, channel_sets: dict[str, list[str]], default_lookback: dict[str, int]
+) -> list[PlanCell]:
+    """Every cell of notebooks 01-07 (as their code calls the grid), deduplicated, first notebook kept.
+
+    `channel_sets`: {"globem_wearable": [...], "pmdata_sleep_hr": [...]} as notebook 04 derives them."""
+    cells: list[PlanCell] = []
+
+    def grid(nb, datasets, systems, models, cots=(False,), lookbacks=(None,), options=None):
+        for d in datasets:
+            for lb in lookbacks:
+                for m in models:
+                    for s in systems:
+                        for c in cots:
+                            cells.append(PlanCell(nb, d, s, m, c, lb, _opts(options)))
+
+    grid("01_prediction", cfg.datasets, cfg.systems, cfg.backbones)
+    grid("02_cot", cfg.datasets, cfg.systems, cfg.backbones, cots=(False, True))
+    grid(
+        "03_long_horizon",
+        cfg.horizon_datasets,
+        cfg.horizon_systems or cfg.systems,
+        [cfg.horizon_model],
+        lookbacks=cfg.lookbacks,
+    )
+    for cot in (False, True):
+        grid("04_ablations", ["globem"], cfg.ablation_systems, cfg.backbones, cots=(cot,))
+        grid(
+            "04_ablations",
+            ["globem"],
+            cfg.ablation_systems,
+            cfg.backbones,
+            cots=(cot,),
+            options={"channels": channel_sets.get("globem_wearable", [])},
+        )
+    grid("04_ablations", ["pmdata"], ["healthllm"], cfg.backbones)
+    grid("04_ablations", ["pmdata"], ["healthllm"], cfg.backbones, options={"context": False})
+    grid(
+        "04_ablations",
+        ["pmdata"],
+        ["healthllm"],
+        cfg.backbones,
+        options={"channels": channel_sets.get("pmdata_sleep_hr", [])},
+    )
+    for e in cfg.executors:
+        grid("05_phia_failures", cfg.datasets, ["phia"], cfg.backbones, options={"executor": e})
+    grid("06_latency", cfg.datasets, cfg.systems, cfg.backbones, cots=(False, True))
+    for d in cfg.datasets:
+        for m in cfg.backbones:
+            for s in cfg.judge_systems:
+                cells.append(PlanCell("07_rationale_quality", d, s, m, True))  # the CoT cell it judges
+                cells.append(
+                    PlanCell(
+                        "07_rationale_quality",
+                        d,
+                        "judge",
+                        cfg.judge_model,
+                        True,
+                        options=_opts({"system": s}),
+                        judged_model=m,
+                    )
+                )
+    seen, out = set(), []
+    for c in cells:
+        opts = c.extra
+        if c.system == "phia" and opts.get("executor") == "faithful":  # the grid's default executor
+            opts.pop("executor")
+            c = PlanCell(c.notebook, c.dataset, c.system, c.model, c.cot, c.lookback, _opts(opts), c.judged_model)
+        k = c.key(default_lookback)
+        if k not in seen:
+            seen.add(k)
+            out.append(c)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- tokens ---
+@dataclass
+class TokenCounter:
+    """Tokens of a text for one model: its tokenizer when cached locally, else chars/4."""
+
+    model: str
+    method: str
+    _tok: object = None
+
+    def count(self, text: str, n_messages: int = 1) -> int:
+        if self._tok is not None:
+            return len(self._tok.encode(text)) + 4 * n_messages
+        return math.ceil(len(text) / 4) + 4 * n_messages
+
+
+def token_counter(model: str) -> TokenCounter:
+    """The model's own tokenizer if its files are in the local Hugging Face cache; else chars/4."""
+    from balms.models.registry import UnknownModelError, spec
+
+    try:
+        s = spec(model)
+    except UnknownModelError:
+        return TokenCounter(model, "chars/4 (model not in the registry)")
+    if s.backend not in ("openai", "vllm-local"):
+        why = "no public tokenizer" if s.backend == "anthropic" else "embedded GGUF"
+        return TokenCounter(model, f"chars/4 ({why})")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(s.model_id, "tokenizer.json") or try_to_load_from_cache(
+            s.model_id, "tokenizer_config.json"
+        )
+    except Exception:  # noqa: BLE001 - no hub library or no cache: approximate
+        hit = None
+    if not isinstance(hit, str):
+        return TokenCounter(model, "chars/4 (tokenizer not in the local HF cache)")
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(s.model_id, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001
+        return TokenCounter(model, f"chars/4 (tokenizer failed to load: {type(exc).__name__})")
+    return TokenCounter(model, f"{s.model_id} tokenizer", tok)
+
+
+def size_class(model: str) -> str:
+    """7b / 14b / 70b / small from the model's name (the registry has no parameter counts)."""
+    m = re.search(r"(\d+(?:\.\d+)?)\s*[bB]\b", model.replace("-", " "))
+    if not m:
+        return "small"
+    b = float(m.group(1))
+    return "small" if b < 3 else "7b" if b <= 9 else "14b" if b <= 20 else "70b"
+
+
+# ------------------------------------------------------------------------------------------ estimate ---
+@dataclass
+class Usage:
+    calls: float = 0
+    prompt_tokens: float = 0
+    output_tokens: float = 0
+    batchable: bool = False  # single-call cells (Health-LLM, RAG): what anthropic_batch sends as batches
+
+    def __post_init__(self):
+        self.batch_prompt = self.prompt_tokens if self.batchable else 0.0
+        self.batch_output = self.output_tokens if self.batchable else 0.0
+
+    def add(self, other: Usage, k: float = 1.0) -> None:
+        self.calls += other.calls * k
+        self.prompt_tokens += other.prompt_tokens * k
+        self.output_tokens += other.output_tokens * k
+        self.batch_prompt += other.batch_prompt * k
+        self.batch_output += other.batch_output * k
+
+
+@dataclass
+class CellEstimate:
+    cell: PlanCell
+    n_samples: int
+    upper: Usage
+    typical: Usage
+    prompt_tokens_first: float  # mean tokens of the first prompt (sampled)
+    sampled: int  # prompts actually built and counted
+
+
+@dataclass
+class Plan:
+    profile: str
+    cells: list[CellEstimate] = field(default_factory=list)
+    token_counting: dict[str, str] = field(default_factory=dict)
+    throughput: dict = field(default_factory=dict)
+    data_sources: dict[str, str] = field(default_factory=dict)
+    per_cell: int = 3
+    embed: bool = False
+
+    def _money(self, model: str, u: Usage) -> dict:
+        from balms.models.pricing import price_of
+        from balms.models.registry import UnknownModelError, spec
+
+        try:
+            s = spec(model)
+        except UnknownModelError:
+            s = None
+        out = {
+            "calls": round(u.calls),
+            "prompt_tokens": round(u.prompt_tokens),
+            "output_tokens": round(u.output_tokens),
+            "gpu_hours": 0.0,
+            "claude_usd": 0.0,
+            "claude_batch_usd": 0.0,
+        }
+        if s is not None and s.backend == "anthropic":
+            pin, pout = price_of(s.model_id)
+            usd = (u.prompt_tokens * pin + u.output_tokens * pout) / 1e6
+            batchable = (u.batch_prompt * pin + u.batch_output * pout) / 1e6
+            out["claude_usd"], out["claude_batch_usd"] = round(usd, 2), round(usd - batchable / 2, 2)
+        elif s is None or s.backend in ("openai", "vllm-local"):
+            t = self.throughput[size_class(model)]
+            sec = u.prompt_tokens / t["prefill"] + u.output_tokens / t["decode"]
+            out["gpu_hours"] = round(sec * t["gpus"] / 3600, 2)
+        return out
+
+    def table(self, which: str = "upper") -> dict:
+        """{"notebooks": {nb: {model: totals}}, "backbones": {model: totals}, "total": totals}."""
+        per_nb: dict[str, dict[str, Usage]] = {}
+        per_model: dict[str, Usage] = {}
+        for ce in self.cells:
+            u = getattr(ce, which)
+            per_nb.setdefault(ce.cell.notebook, {}).setdefault(ce.cell.model, Usage()).add(u)
+            per_model.setdefault(ce.cell.model, Usage()).add(u)
+        nbs = {nb: {m: self._money(m, u) for m, u in d.items()} for nb, d in per_nb.items()}
+        models = {m: self._money(m, u) for m, u in per_model.items()}
+        total = {
+            k: round(sum(v[k] for v in models.values()), 2)
+            for k in ("calls", "prompt_tokens", "output_tokens", "gpu_hours", "claude_usd", "claude_batch_usd")
+        }
+        for k in ("calls", "prompt_tokens", "output_tokens"):
+            total[k] = int(total[k])
+        for nb in NOTEBOOKS:  # every notebook appears, 06 with nothing new
+            nbs.setdefault(nb, {})
+        return {"notebooks": {nb: nbs[nb] for nb in NOTEBOOKS if nb in nbs}, "backbones": models, "total": total}
+
+    def to_dict(self) -> dict:
+        up = self.table("upper")
+        return {
+            "profile": self.profile,
+            **up,
+            "typical": self.table("typical"),
+            "token_counting": self.token_counting,
+            "throughput_tokens_per_s": self.throughput,
+            "data_sources": self.data_sources,
+            "prompts_sampled_per_cell": self.per_cell,
+            "retrieval_embedding": "real (all-MiniLM-L6-v2)" if self.embed else "stand-in hash embedding",
+            "n_cells": len(self.cells),
+            "assumptions": ASSUMPTIONS,
+        }
+
+
+class _HashEmbed:
+    """Deterministic unit vectors from each item's key and text: retrieval picks arbitrary top-k texts in the plan
+    without loading the embedder or writing to the embedding cache."""
+
+    def __call__(self, store, items):
+        import hashlib
+
+        import numpy as np
+
+        if not items:
+            return np.zeros((0, 0), dtype=np.float32)
+        rows = []
+        for key, text in items:
+            v = np.frombuffer(hashlib.sha256(f"{key}|{text}".encode()).digest(), dtype=np.uint8).astype(np.float32)
+            v -= 127.5
+            rows.append(v / np.linalg.norm(v))
+        return np.vstack(rows)
+
+
+def _evenly(seq: list, k: int) -> list:
+    if len(seq) <= k:
+        return list(seq)
+    return [seq[round(i * (len(seq) - 1) / max(k - 1, 1))] for i in range(k)]
+
+
+def _msgs_text(msgs) -> tuple[str, int]:
+    return "\n".join(m.content for m in msgs), len(msgs)
+
+
+def build_plan(
+    cfg: ExperimentConfig, *, per_cell: int = 3, embed: bool = False, throughput: dict | None = None, progress=None
+) -> Plan:
+    """Enumerate the profile's cells and estimate each on sampled real prompts (see the module doc)."""
+    import contextlib
+    from unittest import mock
+
+    from balms.agents import prompts as P
+    from balms.agents.rag import user_history
+    from balms.agents.raptor import day_tables
+    from balms.agents.registry import make_agent
+    from balms.data.channels import get_window, resolve_channels
+    from balms.data.render import render_window
+    from balms.experiments.cohorts import cohort
+    from balms.experiments.grid import agent_options, eval_samples
+    from balms.judges.rubric import build_messages
+    from balms.models.budgets import budget_for
+
+    tp = {k: dict(v) for k, v in THROUGHPUT.items()}
+    for k, v in (throughput or {}).items():
+        tp.setdefault(k, {}).update(v)
+    plan = Plan(cfg.profile, throughput=tp, per_cell=per_cell, embed=embed)
+    datasets = sorted(set(cfg.datasets) | set(cfg.horizon_datasets) | {"globem", "pmdata"})  # 04 runs both always
+    cohorts = {d: cohort(d, cfg) for d in datasets}
+    plan.data_sources = {d: co.source for d, co in cohorts.items()}
+    default_lb = {}
+    for d, co in cohorts.items():
+        ev = co.eval_samples(cfg.n_samples, cfg.seed)
+        default_lb[d] = ev[0].lookback if ev else 0
+    sets = {}
+    if "globem" in cohorts:
+        sets["globem_wearable"] = [c.name for c in cohorts["globem"].tables.channels if c.device == "wearable"]
+    if "pmdata" in cohorts:
+        sets["pmdata_sleep_hr"] = [
+            c.name for c in cohorts["pmdata"].tables.channels if any(k in c.name for k in ("sleep", "resting_hr"))
+        ]
+    cells = enumerate_cells(cfg, channel_sets=sets, default_lookback=default_lb)
+    models = sorted({c.model for c in cells})
+    counters = {m: token_counter(m) for m in models}
+    plan.token_counting = {m: c.method for m, c in counters.items()}
+    samples_cache: dict = {}
+    prompt_cache: dict = {}  # (dataset, system, cot, lookback, options) -> [(text, n_messages)]
+    summary_sets_seen: set = set()
+
+    def samples_for(d, lb):
+        if (d, lb) not in samples_cache:
+            samples_cache[(d, lb)] = eval_samples(cfg, d, lb)
+        return samples_cache[(d, lb)]
+
+    patch = (
+        contextlib.nullcontext()
+        if embed
+        else mock.patch(
+            "balms.agents.embeddings.EmbeddingStore.embed", new=lambda self, items: _HashEmbed()(self, items)
+        )
+    )
+    with patch:
+        for i, cell in enumerate(cells):
+            if progress:
+                progress(i, len(cells), cell)
+            d = cell.dataset
+            co = cohorts[d]
+            samples = samples_for(d, cell.lookback)
+            n = len(samples)
+            cnt = counters[cell.model]
+            if cell.system == "judge":
+                judged_system = cell.extra["system"]
+                agent = make_agent(judged_system, cot=True, **agent_options(cfg, judged_system, True))
+                rat_tokens = (
+                    budget_for(cell.judged_model, "cot", cfg)
+                    if judged_system != "phia"
+                    else budget_for(cell.judged_model, "phia_step", cfg)
+                )
+                pk = ("judge", d, judged_system)
+                if pk not in prompt_cache:
+                    got = []
+                    t = co.tables.target
+                    for s in _evenly(samples, per_cell):
+                        win = get_window(
+                            co.tables,
+                            s,
+                            context=True,
+                            channels=resolve_channels(co.tables, getattr(agent, "channels", None)),
+                        )
+                        got.append(
+                            _msgs_text(
+                                build_messages(
+                                    window_text=render_window(win),
+                                    gold=s.label,
+                                    predicted=s.label,
+                                    rationale="",
+                                    scale=(t.scale_min, t.scale_max),
+                                    target=t.label,
+                                    justify=cfg.judge_justify,
+                                )
+                            )
+                        )
+                    prompt_cache[pk] = got
+                texts = prompt_cache[pk]
+                p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)
+                out = budget_for(cell.model, "judge", cfg)
+                up = Usage(n, n * (p0 + rat_tokens), n * out)
+                ty = Usage(n, n * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE), n * out * TYPICAL_OUTPUT_SHARE)
+                plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
+                continue
+            agent = make_agent(cell.system, cot=cell.cot, **agent_options(cfg, cell.system, cell.cot, cell.extra))
+            pk = (d, cell.system, cell.cot, cell.lookback, cell.options)
+            if pk not in prompt_cache:  # RAPTOR renders every leaf of the history per prompt: fewer of those
+                k = max(1, per_cell // 2) if cell.system == "raptor" else per_cell
+                prompt_cache[pk] = [_msgs_text(agent.first_prompt(s, co.tables)) for s in _evenly(samples, k)]
+            texts = prompt_cache[pk]
+            p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)
+            if cell.system == "phia":
+                step = budget_for(cell.model, "phia_step", cfg)
+                up_calls = int(cfg.phia_max_iters) + 1
+                ty_calls = min(TYPICAL_PHIA_CALLS, up_calls)
+
+                def conv(calls, out_per_step, obs, p0=p0):
+                    return sum(p0 + k * (out_per_step + obs) for k in range(calls))
+
+                up = Usage(
+                    n * up_calls, n * conv(up_calls, step, PHIA_OBSERVATION_TOKENS["upper"]), n * up_calls * step
+                )
+                half = step * TYPICAL_OUTPUT_SHARE
+                ty = Usage(
+                    n * ty_calls, n * conv(ty_calls, half, PHIA_OBSERVATION_TOKENS["typical"]), n * ty_calls * half
+                )
+            else:
+                out = budget_for(cell.model, "cot" if cell.cot else "zs", cfg)
+                single = cell.system in BATCHABLE_SYSTEMS
+                up = Usage(n, n * p0, n * out, single)
+                ty = Usage(n, n * p0, n * (out * TYPICAL_OUTPUT_SHARE if cell.cot else out), single)
+            if cell.system == "raptor":
+                mem_lb = cell.lookback if cfg.raptor_memory == "lookback" else None
+                chans = cell.extra.get("channels")
+                skey = (d, cell.model, json.dumps(chans), cfg.raptor_memory, mem_lb)
+                if skey not in summary_sets_seen:
+                    summary_sets_seen.add(skey)
+                    su, st = _summaries(
+                        cfg,
+                        co,
+                        samples,
+                        agent,
+                        cnt,
+                        budget_for(cell.model, "raptor_summary", cfg),
+                        per_cell,
+                        user_history,
+                        day_tables,
+                        P,
+                    )
+                    up.add(su)
+                    ty.add(st)
+            plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
+    return plan
+
+
+def _summaries(cfg, co, samples, agent, cnt, budget, per_cell, user_history, day_tables, P) -> tuple[Usage, Usage]:
+    """RAPTOR day summaries of one summary set: distinct (user, memory day) x the mean summary prompt."""
+    import dataclasses
+
+    import pandas as pd
+
+    from balms.data.channels import get_window, resolve_channels
+    from balms.data.schema import Window
+
+    days: set = set()
+    tables = co.tables
+    by_user: dict[str, list] = {}
+    for s in samples:
+        by_user.setdefault(s.user, []).append(s)
+    for user, ss in by_user.items():
+        if cfg.raptor_memory == "history":
+            ud = pd.DatetimeIndex(tables.daily.xs(user, level="user").index).normalize()
+            last = max(pd.Timestamp(s.window_end) for s in ss)
+            days |= {(user, t) for t in ud[ud <= last]}
+        else:
+            for s in ss:
+                days |= {(user, t) for t in pd.date_range(s.window_start, s.window_end, freq="D")}
+    n_days = len(days)
+    chans = resolve_channels(tables, agent.channels)
+    texts = []
+    for s in _evenly(samples, max(1, per_cell // 2 + 1)):
+        win = get_window(tables, s, context=agent.context, channels=chans)
+        hist = user_history(tables, win, cfg.raptor_memory)
+        for ts in _evenly(list(hist.daily.index), 3):  # a few days; day_tables over one day each (fast)
+            one = Window(
+                sample=dataclasses.replace(s, window_end=ts.date()),
+                target=hist.target,
+                daily=hist.daily.loc[[ts]],
+                channels=hist.channels,
+                profile=hist.profile,
+            )
+            dt_ = day_tables(tables, one)
+            if ts in dt_:
+                texts.append(
+                    P.SUMMARY_SYSTEM_PROMPT
+                    + "\n"
+                    + P.summary_prompt(ts.date().isoformat(), dt_[ts], tables.subday_unit)
+                )
+    p = sum(cnt.count(t, 2) for t in texts) / len(texts) if texts else 0
+    up = Usage(n_days, n_days * p, n_days * budget)
+    return up, Usage(n_days, n_days * p, n_days * budget * TYPICAL_OUTPUT_SHARE)
+
+
+# ------------------------------------------------------------------------------------------------ CLI ---
+def format_plan(d: dict) -> str:
+    """The plan as text: per notebook and backbone, totals, then how it was counted."""
+
+    def row(name, v):
+        return (
+            f"  {name:<34} {v['calls']:>11,} {v['prompt_tokens']:>15,} {v['output_tokens']:>13,} "
+            f"{v['gpu_hours']:>9,.1f} {v['claude_usd']:>10,.2f} {v['claude_batch_usd']:>10,.2f}"
+        )
+
+    head = (
+        f"  {'':<34} {'calls':>11} {'prompt tokens':>15} {'output tokens':>13} {'GPU h':>9} {'Claude $':>10} "
+        f"{'batch $':>10}"
+    )
+    lines = [
+        f"balms plan: profile {d['profile']!r}, {d['n_cells']} cells (data: "
+        + ", ".join(f"{k} {v}" for k, v in d["data_sources"].items())
+        + ")",
+        "",
+        "UPPER BOUND",
+        head,
+    ]
+    for nb, models in d["notebooks"].items():
+        lines.append(f" {nb}" + ("" if models else "  (no new cells: re-reads earlier notebooks' cells)"))
+        for m, v in models.items():
+            lines.append(row(m, v))
+    lines += ["", " per backbone / judge", head]
+    for m, v in d["backbones"].items():
+        lines.append(row(m, v))
+    lines.append(row("TOTAL (upper bound)", d["total"]))
+    lines.append(row("TOTAL (typical)", d["typical"]["total"]))
+    lines += [
+        "",
+        "token counting: " + "; ".join(f"{m}: {v}" for m, v in d["token_counting"].items()),
+        f"prompts counted: {d['prompts_sampled_per_cell']} sampled per cell, scaled to each cell's samples; "
+        f"retrieval: {d['retrieval_embedding']}",
+        "throughput (tokens/s per server, GPUs per server): "
+        + "; ".join(
+            f"{k}: prefill {v['prefill']:g}, decode {v['decode']:g}, {v['gpus']:g} GPU"
+            for k, v in d["throughput_tokens_per_s"].items()
+        ),
+        "assumptions:",
+    ]
+    lines += [f"  - {a}" for a in d["assumptions"]]
+    return "\n".join(lines)
+
+
+def _parse_throughput(items: list[str]) -> dict:
+    """`CLASS=prefill:decode[:gpus]`, e.g. `70b=1500:200:2`."""
+    out = {}
+    for it in items or []:
+        m = re.fullmatch(r"(\w+)=(\d+(?:\.\d+)?):(\d+(?:\.\d+)?)(?::(\d+))?", it.strip())
+        if not m:
+            raise SystemExit(f"--throughput expects CLASS=prefill:decode[:gpus] (e.g. 70b=1500:200:2), got {it!r}")
+        v = {"prefill": float(m.group(2)), "decode": float(m.group(3))}
+        if m.group(4):
+            v["gpus"] = int(m.group(4))
+        out[m.group(1).lower()] = v
+    return out
+
+
+def _cmd(args) -> int:
+    import sys
+    import time
+
+    from balms.experiments.config import ConfigError, load, parse_cli_overrides
+
+    try:
+        cfg = load(args.profile, **parse_cli_overrides(args.set))
+    except ConfigError as exc:
+        print(f"balms plan: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+
+    def progress(i, n, cell):
+        if args.progress and i % 20 == 0:
+            print(
+                f"  planning cell {i + 1}/{n} ({cell.notebook} {cell.dataset} {cell.system} {cell.model})",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    plan = build_plan(
+        cfg, per_cell=args.per_cell, embed=args.embed, throughput=_parse_throughput(args.throughput), progress=progress
+    )
+    d = plan.to_dict()
+    d["planning_s"] = round(time.perf_counter() - t0, 1)
+    if args.json:
+        print(json.dumps(d, indent=2))
+    else:
+        print(format_plan(d))
+        print(f"(planned in {d['planning_s']} s, no model called)")
+    return 0
+
+
+def register(sub) -> None:
+    """`balms plan --profile NAME [--json]`."""
+    p = sub.add_parser("plan", help="calls, tokens, GPU hours and Claude cost of a profile, before any model call")
+    p.add_argument("--profile", default="demo")
+    p.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--per-cell", type=int, default=3, help="prompts built and counted per cell (then scaled)")
+    p.add_argument("--embed", action="store_true", help="retrieve with the real embedder (slow on a CPU)")
+    p.add_argument(
+        "--throughput",
+        action="append",
+        default=[],
+        help="CLASS=prefill:decode[:gpus] tokens/s per server (classes: 7b, 14b, 70b, small)",
+    )
+    p.add_argument("--progress", action="store_true", help="print planning progress to stderr")
+    p.set_defaults(func=_cmd)

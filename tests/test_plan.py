@@ -1,0 +1,137 @@
+"""`balms plan`: the cells notebooks 01-07 run, and their calls, tokens, GPU hours and Claude cost."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from balms.experiments.config import load
+from balms.experiments.plan import PlanCell, build_plan, enumerate_cells, size_class
+
+SETS = {"globem_wearable": ["steps"], "pmdata_sleep_hr": ["sleep_minutes"]}
+LB = {"diversityone": 7, "pmdata": 14, "globem": 14}
+
+
+def test_paper_cells_enumerated_once_each():
+    cfg = load("paper")
+    cells = enumerate_cells(cfg, channel_sets=SETS, default_lookback=LB)
+    by_nb: dict[str, int] = {}
+    for c in cells:
+        by_nb[c.notebook] = by_nb.get(c.notebook, 0) + 1
+    # 01: 3 datasets x 4 systems x 5 backbones; 02 adds the CoT half; 03: 2 datasets x 4 systems x 3 new look-backs
+    # (14 = the default, already run by 01); 04: GLOBEM Fitbit-only x 4 x 5 x {zs, CoT} + PMData 2 channel sets x 5;
+    # 05: the improved executor (faithful = 01's PHIA cells); 06: nothing new; 07: one judge cell per judged CoT cell
+    assert by_nb == {
+        "01_prediction": 60,
+        "02_cot": 60,
+        "03_long_horizon": 24,
+        "04_ablations": 50,
+        "05_phia_failures": 15,
+        "07_rationale_quality": 60,
+    }
+    assert len({c.key(LB) for c in cells}) == len(cells) == 269
+    judge = [c for c in cells if c.system == "judge"]
+    assert {c.model for c in judge} == {"Llama-3.3-70B-Instruct"} and {c.judged_model for c in judge} == set(
+        cfg.backbones
+    )
+    assert PlanCell("03_long_horizon", "pmdata", "rag", "Qwen2.5-14B-Instruct", lookback=14).key(LB) in {
+        c.key(LB) for c in cells if c.notebook == "01_prediction"
+    }
+
+
+def test_size_classes():
+    assert [
+        size_class(m)
+        for m in (
+            "Qwen2.5-7B-Instruct",
+            "Mistral-7B-Instruct-v0.3",
+            "DeepSeek-R1-Distill-Qwen-14B",
+            "Llama-3.3-70B-Instruct",
+            "qwen2.5-coder-0.5b",
+        )
+    ] == ["7b", "7b", "14b", "70b", "small"]
+
+
+@pytest.fixture(scope="module")
+def small_plan(real_data):
+    cfg = load(
+        "paper",
+        raw_root=str(real_data),
+        n_samples=3,
+        datasets=["globem"],
+        horizon_datasets=["globem"],
+        lookbacks=[7, 14],
+    )
+    return cfg, build_plan(cfg, per_cell=2)
+
+
+def test_plan_counts_real_prompts_and_prices(small_plan):
+    from balms.agents.registry import make_agent
+    from balms.experiments.cohorts import cohort
+    from balms.experiments.grid import agent_options, eval_samples
+
+    cfg, plan = small_plan
+    d = plan.to_dict()
+    assert d["data_sources"] == {"globem": "real", "pmdata": "real"} and d["notebooks"]["06_latency"] == {}
+    # a Health-LLM zero-shot cell: n calls, first-prompt tokens by chars/4 (+4 per message), budget outputs
+    ce = next(
+        c
+        for c in plan.cells
+        if (c.cell.system, c.cell.model, c.cell.cot, c.cell.notebook)
+        == ("healthllm", "Qwen2.5-7B-Instruct", False, "01_prediction")
+    )
+    samples = eval_samples(cfg, "globem")
+    agent = make_agent("healthllm", cot=False, **agent_options(cfg, "healthllm", False))
+    first = [agent.first_prompt(s, cohort("globem", cfg).tables) for s in (samples[0], samples[-1])]
+    expect = sum(math.ceil(len("\n".join(m.content for m in ms)) / 4) + 4 * len(ms) for ms in first) / 2
+    assert ce.n_samples == 3 and ce.upper.calls == 3 and ce.prompt_tokens_first == pytest.approx(expect)
+    assert ce.upper.output_tokens == 3 * cfg.zs_max_tokens
+    phia = next(
+        c
+        for c in plan.cells
+        if (c.cell.system, c.cell.model, c.cell.notebook) == ("phia", "Qwen2.5-7B-Instruct", "01_prediction")
+    )
+    assert phia.upper.calls == 3 * (cfg.phia_max_iters + 1) and phia.typical.calls == 3 * 4
+    r1 = d["backbones"]["DeepSeek-R1-Distill-Qwen-14B"]
+    assert r1["output_tokens"] > d["backbones"]["Qwen2.5-14B-Instruct"]["output_tokens"]  # reasoning budgets
+    claude = d["backbones"]["Claude-Haiku-4.5"]
+    usd = (claude["prompt_tokens"] * 1.0 + claude["output_tokens"] * 5.0) / 1e6
+    assert claude["claude_usd"] == pytest.approx(usd, abs=0.01) and claude["gpu_hours"] == 0
+    assert usd / 2 < claude["claude_batch_usd"] < usd  # only single-call cells go through batches
+    assert d["backbones"]["Llama-3.3-70B-Instruct"]["calls"] == 3 * 5 * len(cfg.judge_systems)
+    assert {c.cell.dataset for c in plan.cells if c.cell.notebook == "04_ablations"} == {"globem", "pmdata"}
+    for k in ("calls", "prompt_tokens", "output_tokens"):
+        assert d["total"][k] == sum(v[k] for v in d["backbones"].values())
+    assert d["total"]["gpu_hours"] > 0 and set(d["token_counting"]) == set(cfg.backbones) | {cfg.judge_model}
+
+
+def test_throughput_override_scales_gpu_hours(small_plan, capsys):
+    from balms.cli import main
+
+    cfg, plan = small_plan
+    base = plan.to_dict()["backbones"]["Qwen2.5-7B-Instruct"]["gpu_hours"]
+    assert (
+        main(
+            [
+                "plan",
+                "--profile",
+                "paper",
+                "--json",
+                "--per-cell",
+                "1",
+                "--throughput",
+                "7b=4000:600:1",
+                "--set",
+                f"-p raw_root {cfg.raw_root} -p n_samples 3 -p datasets [globem] "
+                "-p horizon_datasets [globem] -p lookbacks [7,14]",
+            ]
+        )
+        == 0
+    )
+    d = json.loads(capsys.readouterr().out)
+    assert d["throughput_tokens_per_s"]["7b"] == {"prefill": 4000.0, "decode": 600.0, "gpus": 1}
+    assert d["backbones"]["Qwen2.5-7B-Instruct"]["gpu_hours"] == pytest.approx(2 * base, rel=0.35)
+    with pytest.raises(SystemExit, match="CLASS=prefill:decode"):
+        main(["plan", "--profile", "paper", "--throughput", "7b=fast"])
