@@ -24,15 +24,23 @@ from balms.records import PredictionRecord
 PROMPT_SYSTEMS = ("healthllm", "rag", "raptor")  # the systems whose prompt template has a style
 
 
-def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | None = None) -> dict:
-    """The options a system gets from the configuration (then `extra`, e.g. an ablation's channels)."""
+def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | None = None,
+                  model: str | None = None) -> dict:
+    """The options a system gets from the configuration (then `extra`, e.g. an ablation's channels). Token
+    budgets follow the model: reasoning models get their own (balms.models.budgets.budget_for)."""
     from balms.agents.registry import agent_options as accepted
+    from balms.models.budgets import budget_for
 
-    opts: dict = {"max_tokens": cfg.cot_max_tokens if cot else cfg.zs_max_tokens, "seed": cfg.seed}
+    def budget(role: str) -> int:
+        return budget_for(model, role, cfg) if model else int(getattr(cfg, {
+            "zs": "zs_max_tokens", "cot": "cot_max_tokens", "phia_step": "phia_step_tokens",
+            "raptor_summary": "raptor_summary_tokens"}[role]))
+
+    opts: dict = {"max_tokens": budget("cot" if cot else "zs"), "seed": cfg.seed}
     if system == "phia":
-        opts.update(max_iters=cfg.phia_max_iters, max_tokens=cfg.phia_step_tokens, executor="faithful")
+        opts.update(max_iters=cfg.phia_max_iters, max_tokens=budget("phia_step"), executor="faithful")
     if system == "raptor":
-        opts.update(memory=cfg.raptor_memory, summary_max_tokens=cfg.raptor_summary_tokens)
+        opts.update(memory=cfg.raptor_memory, summary_max_tokens=budget("raptor_summary"))
     if system in PROMPT_SYSTEMS and "style" in accepted(system):
         opts["style"] = cfg.prompt_style
     if system in PROMPT_SYSTEMS and cot and cfg.cot_force_answer:
@@ -67,8 +75,8 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     if lookback is not None:
         samples = [with_lookback(s, lookback) for s in samples]
     lb = samples[0].lookback if samples else int(lookback or 0)
-    agent = make_agent(system, cot=cot, **agent_options(cfg, system, cot, options))
-    backend = get_backend(model, cache_mode=cfg.cache_mode)
+    agent = make_agent(system, cot=cot, **agent_options(cfg, system, cot, options, model=model))
+    backend = get_backend(model, cache_mode=cfg.cache_mode, servers=cfg.servers)
     opts = agent.options()
     spec = CellSpec(dataset=dataset, system=system, model=model, model_id=backend.model_id, cot=cot, lookback=lb,
                     options=opts, prompt_style=opts.get("style"), sample_ids=tuple(s.sample_id for s in samples),
@@ -82,7 +90,10 @@ def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -
     from balms.runner import load_records, run_samples
 
     spec = cell.spec
-    backend = get_backend(spec.model, cache_mode=cfg.cache_mode)
+    from balms.experiments.batching import prefetch_cell
+
+    prefetch_cell(cfg, cell)  # Claude via the Message Batches API when cfg.anthropic_batch (single-call cells)
+    backend = get_backend(spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
     path = spec.run_path(cfg.runs_root())
     co = cohort(spec.dataset, cfg)
     run_samples(cell.agent, backend, cell.samples, co.tables, path, concurrency=cfg.concurrency,
@@ -116,8 +127,12 @@ def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None,
     With `progress`, each cell is announced on stderr ("[<notebook>] cell 3/12: pmdata rag <model> zs L14",
     the notebook from BALMS_NOTEBOOK, which the Makefile sets) before the runner's bar, so a long `make paper`
     shows where it is; papermill passes the kernel's stderr on to the terminal."""
+    from balms.models.routing import check_models
+
     combos = [(d, L, m, s, c) for d in (datasets or cfg.datasets) for L in lookbacks
               for m in (models or cfg.backbones) for s in (systems or cfg.systems) for c in cots]
+    # before the first call: every model known and served somewhere (one message naming each that is not)
+    check_models(list(dict.fromkeys(m for _, _, m, _, _ in combos)), cfg.servers, cache_mode=cfg.cache_mode)
     where = os.environ.get("BALMS_NOTEBOOK")
     samples_of: dict = {}
     rows = []

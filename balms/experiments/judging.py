@@ -31,7 +31,10 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
 
     judge_model = judge_model or cfg.judge_model
     systems = systems or cfg.judge_systems
-    judge = get_backend(judge_model, cache_mode=cfg.cache_mode)
+    from balms.models.routing import check_models
+
+    check_models([judge_model], cfg.servers, cache_mode=cfg.cache_mode)
+    judge = get_backend(judge_model, cache_mode=cfg.cache_mode, servers=cfg.servers)
     # a verdict is reused only when judge model, mode, budget and judge code are all unchanged
     jkey = digest({"judge_model": judge_model, "model_id": judge.model_id, "justify": cfg.judge_justify,
                    "max_tokens": cfg.judge_max_tokens, "code": code_fingerprint(JUDGE_CODE_PATHS)})

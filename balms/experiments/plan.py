@@ -464,7 +464,8 @@ def build_plan(
                 ty = Usage(n, n * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE), n * out * TYPICAL_OUTPUT_SHARE)
                 plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
                 continue
-            agent = make_agent(cell.system, cot=cell.cot, **agent_options(cfg, cell.system, cell.cot, cell.extra))
+            agent = make_agent(cell.system, cot=cell.cot,
+                               **agent_options(cfg, cell.system, cell.cot, cell.extra, model=cell.model))
             pk = (d, cell.system, cell.cot, cell.lookback, cell.options)
             if pk not in prompt_cache:  # RAPTOR renders every leaf of the history per prompt: fewer of those
                 k = max(1, per_cell // 2) if cell.system == "raptor" else per_cell
