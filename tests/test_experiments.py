@@ -48,6 +48,9 @@ def env(tmp_path, monkeypatch):
     import balms.models.registry as reg
 
     monkeypatch.setattr(reg, "get_backend", lambda name=None, **kw: backend)
+    import balms.models.routing as routing
+
+    monkeypatch.setattr(routing, "check_models", lambda *a, **kw: {})  # "scripted" is no registry model
     cfg = ex.ExperimentConfig(profile="t", datasets=["pmdata"], systems=["healthllm"], judge_systems=["healthllm"],
                               backbones=["scripted"],
                               n_samples=4, seed=0, judge_justify=True)

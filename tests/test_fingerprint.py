@@ -55,8 +55,9 @@ def test_changes_with_one_value_one_label_or_the_catalogue(tables):
     variants = {
         "daily value": dataclasses.replace(tables, daily=_one_value_changed(tables.daily, "steps")),
         "label": dataclasses.replace(tables, labels=_one_value_changed(tables.labels, "label")),
-        "missing value": dataclasses.replace(tables, daily=tables.daily.assign(
-            steps=tables.daily["steps"].where(np.arange(len(tables.daily)) != 5))),
+        "missing value": dataclasses.replace(tables, daily=tables.daily.assign(  # a present value made NaN
+            steps=tables.daily["steps"].where(
+                np.arange(len(tables.daily)) != int(np.flatnonzero(tables.daily["steps"].notna().to_numpy())[5])))),
         "channel unit": dataclasses.replace(tables, channels=[
             dataclasses.replace(c, unit="km") if c.name == "steps" else c for c in tables.channels]),
         "target scale": dataclasses.replace(tables, target=dataclasses.replace(tables.target, scale_max=9)),

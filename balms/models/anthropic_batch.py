@@ -167,7 +167,8 @@ class BatchClient:
             if st and st["state"] == "submitted":
                 rep.resumed += 1
                 continue
-            if st and st["state"] != "submitted" and st["attempts"] >= self.max_attempts:
+            final = st and st["state"] not in ("submitted", "retry", "succeeded")  # a non-retryable error: reported
+            if final or (st and st["state"] == "retry" and st["attempts"] >= self.max_attempts):
                 rep.failed[key] = st["error"] or st["state"]
                 continue
             todo[key] = (messages, params)
