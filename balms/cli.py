@@ -17,7 +17,7 @@ COMMAND_MODULES = [
     ("data", "balms.data.cli"),
     ("models", "balms.models.cli"),
     ("run", "balms.run_cli"),
-    ("sandbox", "balms.agents.sandbox_cli"),
+    ("sandbox", "balms.sandbox.cli"),
     ("judge", "balms.judges.cli"),
 ]
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from balms.agents.sandbox import NO_OUTPUT, STATUSES, Observation, Sandbox, SandboxLimits, schema_card
-from balms.agents.sandbox_suite import CASES, demo_frames, run_suite
+from balms.sandbox import NO_OUTPUT, STATUSES, Observation, Sandbox, SandboxLimits, schema_card
+from balms.sandbox.suite import CASES, demo_frames, run_suite
 
 ROOT = os.geteuid() == 0
 FAST = SandboxLimits(wall_s=2.0, cpu_s=2, mem_mb=512, max_output_chars=1500)

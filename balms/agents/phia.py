@@ -11,7 +11,7 @@ Data: the user's full record up to `window_end` (the day before the target day) 
 `daily` (one row per day, the selected channels, a `date` column) and, when the dataset has them,
 `subday` (one row per slot). Never any label or self-report column, never a date after window_end.
 
-Executors (sandbox.py, by helper D): "faithful" reproduces the original (fresh scope per block, only
+Executors (balms.sandbox): "faithful" reproduces the original (fresh scope per block, only
 printed output, "Code executed (no output)"); "improved" keeps state in one worker per episode, shows
 the last expression's value, returns short tracebacks, and adds a schema card to the prompt.
 """
@@ -106,7 +106,7 @@ class PhiaAgent:
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
                 "prompt_version": prompts.PROMPT_VERSION}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
-        from balms.agents.sandbox import SandboxLimits
+        from balms.sandbox import SandboxLimits
 
         lim = self.limits if self.limits is not None else SandboxLimits()
         opts["limits"] = dataclasses.asdict(lim) if dataclasses.is_dataclass(lim) else str(lim)
@@ -119,7 +119,7 @@ class PhiaAgent:
         frames = user_frames(tables, window, chans)
         schema = None
         if self.executor == "improved":
-            from balms.agents.sandbox import schema_card
+            from balms.sandbox import schema_card
 
             t = tables.target
             units = {c.name: c.unit for c in [*window.channels, *tables.subday_channels] if c.unit}
@@ -137,7 +137,7 @@ class PhiaAgent:
         return self._setup(sample, tables)[2]
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
-        from balms.agents.sandbox import Sandbox
+        from balms.sandbox import Sandbox
 
         episode = Episode(backend)
         _, frames, msgs = self._setup(sample, tables)

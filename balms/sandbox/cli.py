@@ -8,8 +8,8 @@ import sys
 
 
 def _selftest(args: argparse.Namespace) -> int:
-    from balms.agents.sandbox import SandboxLimits
-    from balms.agents.sandbox_suite import CASES, run_suite
+    from balms.sandbox.executor import SandboxLimits
+    from balms.sandbox.suite import CASES, run_suite
 
     cases = CASES
     if args.cases:

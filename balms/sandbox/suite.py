@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balms.agents.sandbox import Sandbox, SandboxLimits
+from balms.sandbox.executor import Sandbox, SandboxLimits
 from balms.paths import PROJECT_ROOT
 
 FAIL = ("error", "memory", "killed", "timeout")
