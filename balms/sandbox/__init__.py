@@ -3,7 +3,9 @@
 Self-contained: it imports nothing from balms.agents or balms.experiments (the agents import it).
 """
 
-from balms.sandbox.executor import NO_OUTPUT, STATUSES, Observation, Sandbox, SandboxError, SandboxLimits
+from balms.sandbox.executor import (ALLOW_DEGRADED_ENV, MECHANISMS, NO_OUTPUT, REQUIRED, STATUSES, Observation,
+                                    Sandbox, SandboxError, SandboxLimits, SandboxUnavailable)
 from balms.sandbox.schema import schema_card
 
-__all__ = ["NO_OUTPUT", "STATUSES", "Observation", "Sandbox", "SandboxError", "SandboxLimits", "schema_card"]
+__all__ = ["ALLOW_DEGRADED_ENV", "MECHANISMS", "NO_OUTPUT", "REQUIRED", "STATUSES", "Observation", "Sandbox",
+           "SandboxError", "SandboxLimits", "SandboxUnavailable", "schema_card"]
