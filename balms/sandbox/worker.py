@@ -334,6 +334,9 @@ def _probes(parent_pid: int) -> dict:
 
     out: dict = {}
     out["uid"] = os.getuid()
+    out["pid"] = os.getpid()  # 1 in a pid namespace of our own
+    st = os.statvfs(".")  # the scratch folder: the private tmpfs has exactly the configured size
+    out["scratch_fs_bytes"] = st.f_blocks * st.f_frsize
     out["etc_passwd_visible"] = os.path.exists("/etc/passwd")
     out["proc_visible"] = os.path.exists("/proc/self")
     try:
