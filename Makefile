@@ -20,8 +20,8 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 EXECUTED  := $(patsubst notebooks/%.py,notebooks/executed/$(PROFILE)/%.ipynb,$(NOTEBOOKS))
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
-.PHONY: help install install-browser test test-fast test-slow test-notebooks data paper notebook report \
-        bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint
+.PHONY: help install install-browser test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ test-slow: ## Tests that run a real small model, a real llama.cpp server or the 
 test-notebooks: ## Execute the notebooks in the smoke profile and check them with nbval
 	$(MAKE) --no-print-directory paper PROFILE=smoke
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/executed/smoke
+
+sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)
+	scripts/sandbox-selftest $(PY)
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all
