@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balms.sandbox.executor import Sandbox, SandboxLimits
 from balms.paths import PROJECT_ROOT
+from balms.sandbox.executor import Sandbox, SandboxLimits
 
 FAIL = ("error", "memory", "killed", "timeout")
 ANY = ("ok", "no_output", "error", "memory", "killed", "timeout", "output_truncated")
