@@ -31,6 +31,7 @@ slow = pytest.mark.slow
 # themselves (root needs no user namespace), unprivileged the user namespace they depend on.
 DENY = "net,mount,pid" if ROOT else "user"
 UNPRIVILEGED_USER = os.environ.get("BALMS_SANDBOX_TEST_USER", "balms-sandbox")
+RUNUSER = shutil.which("runuser", path="/usr/sbin:/usr/bin:/sbin:/bin")
 
 
 @pytest.fixture(scope="module")
@@ -270,14 +271,14 @@ def _as_unprivileged_user(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, check=False)
     assert prep.returncode == 0, f"scripts/sandbox-user failed: {prep.stdout}{prep.stderr}"
     env = ["env", "-i", "PATH=/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/tmp"]
-    return subprocess.run(["runuser", "-u", UNPRIVILEGED_USER, "--", *env, sys.executable, "-m", "balms.cli", *args],
+    return subprocess.run([RUNUSER, "-u", UNPRIVILEGED_USER, "--", *env, sys.executable, "-m", "balms.cli", *args],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
 
 
 @slow
+@pytest.mark.skipif(RUNUSER is None, reason="runuser (util-linux) not installed")
 @pytest.mark.skipif(not ROOT, reason="switching to an unprivileged user needs root (runuser); as a non-root user "
                                      "the suite tests above already run unprivileged")
-@pytest.mark.skipif(shutil.which("runuser") is None, reason="runuser (util-linux) not installed")
 def test_unprivileged_user_contains_what_used_to_escape():
     r = _as_unprivileged_user("sandbox", "selftest", "--json", "--mode", "both", "--cases", UNPRIVILEGED_CASES)
     assert r.stdout.strip(), f"no report (exit {r.returncode}): {r.stderr[-2000:]}"
@@ -450,3 +451,17 @@ def test_phia_records_sandbox_mechanisms(synthetic_pm, monkeypatch, degraded):
         assert not {"netns", "mountns", "pidns", "scratch_tmpfs"} & applied
     else:
         assert set(REQUIRED) <= applied and "sandbox_missing" not in rec.options
+
+
+@slow
+def test_isolation_switched_off_is_refused_too(frames, monkeypatch):
+    monkeypatch.delenv(ALLOW_DEGRADED_ENV, raising=False)
+    with pytest.raises(SandboxUnavailable, match="isolation disabled by the caller") as ei:
+        Sandbox(frames, mode="improved", limits=FAST, isolate=False)
+    assert {"netns", "chroot", "scratch_tmpfs"} <= set(ei.value.missing)
+
+
+def test_simulated_denial_names_are_checked(frames, monkeypatch):
+    monkeypatch.setenv(SIMULATE_DENIED_ENV, "net,ipc")
+    with pytest.raises(ValueError, match=r"unknown namespace\(s\) \['ipc'\]"):
+        Sandbox(frames)

@@ -278,6 +278,13 @@ class Sandbox:
                 raise ValueError(f"frame name {name!r} must be a Python identifier other than pd/np")
             if not isinstance(df, pd.DataFrame):
                 raise TypeError(f"frame {name!r} must be a pandas DataFrame, got {type(df).__name__}")
+        env_allow = _truthy(os.environ.get(ALLOW_DEGRADED_ENV))
+        self.allow_degraded = env_allow if allow_degraded is None else bool(allow_degraded)
+        self._allowed_by = (f"{ALLOW_DEGRADED_ENV}=1" if allow_degraded is None else "allow_degraded=True")
+        denied = sorted({d.strip() for d in os.environ.get(SIMULATE_DENIED_ENV, "").split(",") if d.strip()})
+        unknown = sorted(set(denied) - {"user", "net", "mount", "pid"})
+        if unknown:
+            raise ValueError(f"{SIMULATE_DENIED_ENV}: unknown namespace(s) {unknown}; use user, net, mount, pid")
         self.mode = mode
         self.limits = limits or SandboxLimits()
         self.private = Path(tempfile.mkdtemp(prefix="balms-sbx-priv-"))
@@ -287,13 +294,6 @@ class Sandbox:
         if os.geteuid() == 0:
             os.chown(self.scratch, self.uid, self.uid)
         os.chmod(self.scratch, 0o700)
-        env_allow = _truthy(os.environ.get(ALLOW_DEGRADED_ENV))
-        self.allow_degraded = env_allow if allow_degraded is None else bool(allow_degraded)
-        self._allowed_by = (f"{ALLOW_DEGRADED_ENV}=1" if allow_degraded is None else "allow_degraded=True")
-        denied = sorted({d.strip() for d in os.environ.get(SIMULATE_DENIED_ENV, "").split(",") if d.strip()})
-        unknown = sorted(set(denied) - {"user", "net", "mount", "pid"})
-        if unknown:
-            raise ValueError(f"{SIMULATE_DENIED_ENV}: unknown namespace(s) {unknown}; use user, net, mount, pid")
         frames_path = self.private / "frames.pkl"
         pd.to_pickle(dict(frames), frames_path)
         lim = self.limits
