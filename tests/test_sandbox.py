@@ -465,3 +465,16 @@ def test_simulated_denial_names_are_checked(frames, monkeypatch):
     monkeypatch.setenv(SIMULATE_DENIED_ENV, "net,ipc")
     with pytest.raises(ValueError, match=r"unknown namespace\(s\) \['ipc'\]"):
         Sandbox(frames)
+
+
+@slow
+def test_leftover_processes_are_reaped_before_the_next_block(frames):
+    """Killed children count against RLIMIT_NPROC until reaped: each block must get the whole process budget
+    back, even right after one that used most of it (this raced, most visibly in a user namespace)."""
+    n = FAST.nproc - 3  # the executor, and in a user namespace the outer worker process, count too
+    code = (f"import os, time\nn = 0\nfor _ in range({n}):\n    if os.fork() == 0:\n        time.sleep(600)\n"
+            "    n += 1\nprint('forked', n)")
+    with Sandbox(frames, mode="improved", limits=FAST) as sb:
+        for _ in range(3):
+            obs = sb.run(code)
+            assert (obs.status, obs.text.strip()) == ("ok", f"forked {n}"), obs.text

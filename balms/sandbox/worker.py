@@ -36,10 +36,15 @@ import linecache  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
 import struct  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 _write = os.write
 _read = os.read
+_kill = os.kill
+_waitpid = os.waitpid
+_monotonic = time.monotonic
+_sleep = time.sleep
 _getpid = os.getpid
 _exit = os._exit
 _dumps = json.dumps
@@ -522,22 +527,27 @@ def run_block(req: dict, ns: dict, cfg: dict, my_pid: int) -> dict:
     return resp
 
 
-def _reap_strays() -> int:
-    """Kill and reap every other process in our pid namespace (we are its pid 1)."""
+def _reap_strays(timeout_s: float = 2.0) -> int:
+    """Kill and reap every other process in our pid namespace (we are its pid 1, so orphans are ours too).
+    Waits until none is left (or `timeout_s`): a killed child counts against RLIMIT_NPROC until it is reaped,
+    and the next block must not find the process budget used up by the previous one's leftovers."""
     n = 0
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
+    deadline = _monotonic() + timeout_s
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            _kill(-1, signal.SIGKILL)  # again each round: catches processes forked while we were reaping
+        except OSError:
+            pass
+        try:
+            pid, _ = _waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            break
-        if pid == 0:
-            break
-        n += 1
-    return n
+            return n  # no child left
+        if pid:
+            n += 1
+        elif _monotonic() > deadline:
+            return n
+        else:
+            _sleep(0.001)
 
 
 def make_namespace(frames: dict) -> dict:
