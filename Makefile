@@ -23,8 +23,8 @@ EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
 RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
-.PHONY: help install install-browser test test-fast test-slow test-notebooks data paper notebook report \
-        bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint export-responses \
+.PHONY: help install install-browser test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint export-responses \
         replay-check plan plan-confirm FORCE
 
 help: ## List the targets
@@ -72,6 +72,9 @@ test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder
 	rm -rf $(NB_TEST)
 	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(NB_TEST)/executed
+
+sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)
+	scripts/sandbox-selftest $(PY)
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all

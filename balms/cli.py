@@ -21,7 +21,7 @@ COMMAND_MODULES = [
     ("config", "balms.experiments.config"),
     ("plan", "balms.experiments.plan"),
     ("bundle", "balms.bundle"),
-    ("sandbox", "balms.agents.sandbox_cli"),
+    ("sandbox", "balms.sandbox.cli"),
     ("judge", "balms.judges.cli"),
     ("prompt", "balms.agents.prompt_cli"),
 ]

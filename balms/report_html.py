@@ -28,7 +28,7 @@ from balms import metrics, paths
 
 MARKER = ".balms-report"
 STATIC_FILES = ("report.css", "report.js")
-# Observation statuses of a code block that did not finish normally (balms.agents.sandbox.STATUSES; not
+# Observation statuses of a code block that did not finish normally (balms.sandbox.STATUSES; not
 # imported: the report learns what an agent did from its records only). "no_action" nudges are not code.
 CODE_ERROR_STATUSES = ("error", "timeout", "killed", "memory")
 # (filter name, button label, what it selects); the names are what `#filter=` takes and rows carry in data-flags

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from balms.agents.sandbox import Sandbox, SandboxLimits
-from balms.agents.sandbox_suite import demo_frames
+from balms.sandbox import Sandbox, SandboxLimits
+from balms.sandbox.suite import demo_frames
 
 BLOCK = "print(daily['steps'].rolling(7).mean().iloc[-1], daily['sleep_min'].median())"
 

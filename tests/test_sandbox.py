@@ -1,21 +1,47 @@
-"""PHIA sandbox: hostile-code suite, faithful vs improved contracts, schema card, lifecycle."""
+"""PHIA sandbox: hostile-code suite, faithful vs improved contracts, schema card, lifecycle, the unprivileged
+path (user namespace), fail-closed refusal and the honesty of the reported mechanisms.
+
+Tests that start sandbox workers are marked slow (each worker imports numpy/pandas, about a second)."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
-from contextlib import redirect_stdout
+import shutil
+import subprocess
+import sys
+import warnings
+from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from balms.agents.sandbox import NO_OUTPUT, STATUSES, Observation, Sandbox, SandboxLimits, schema_card
-from balms.agents.sandbox_suite import CASES, demo_frames, run_suite
+from balms.paths import PROJECT_ROOT
+from balms.sandbox import (
+    ALLOW_DEGRADED_ENV,
+    MECHANISMS,
+    NO_OUTPUT,
+    REQUIRED,
+    STATUSES,
+    Observation,
+    Sandbox,
+    SandboxLimits,
+    SandboxUnavailable,
+    schema_card,
+)
+from balms.sandbox.executor import SIMULATE_DENIED_ENV
+from balms.sandbox.suite import CASES, demo_frames, run_suite
 
 ROOT = os.geteuid() == 0
 FAST = SandboxLimits(wall_s=2.0, cpu_s=2, mem_mb=512, max_output_chars=1500)
+slow = pytest.mark.slow
+# Namespaces whose refusal by the kernel leaves the sandbox without network/mount/pid isolation: as root the three
+# themselves (root needs no user namespace), unprivileged the user namespace they depend on.
+DENY = "net,mount,pid" if ROOT else "user"
+UNPRIVILEGED_USER = os.environ.get("BALMS_SANDBOX_TEST_USER", "balms-sandbox")
+RUNUSER = shutil.which("runuser", path="/usr/sbin:/usr/bin:/sbin:/bin")
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +63,7 @@ def test_suite_size_and_categories():
             "broken"} <= cats
 
 
+@slow
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_case_contained(suite_report, name):
     case = next(c for c in suite_report["cases"] if c["name"] == name)
@@ -44,6 +71,7 @@ def test_case_contained(suite_report, name):
     assert case["contained"], f"{name}: {case['reasons']} / observed {case['text']!r}"
 
 
+@slow
 def test_suite_totals(suite_report):
     assert suite_report["tried"] == len(CASES)
     assert suite_report["contained"] == suite_report["tried"]
@@ -51,29 +79,34 @@ def test_suite_totals(suite_report):
     assert suite_report["worker_restarts"] >= 5
 
 
-@pytest.mark.skipif(not ROOT, reason="full isolation needs root")
+@slow
 def test_mechanisms_measured_from_inside(suite_report):
+    """Full isolation as root (uid switch) and unprivileged (user namespace, capabilities dropped) alike."""
     m = suite_report["mechanisms"]
-    assert m["warnings"] == []
-    for k in ("netns", "netns_changed", "mountns", "pidns", "scratch_tmpfs", "chroot", "uid_drop", "no_new_privs",
-              "own_session"):
+    assert m["warnings"] == [] and m["degraded"] is False
+    assert set(REQUIRED) <= set(m["applied"])
+    for k in ("netns", "netns_changed", "mountns", "pidns", "scratch_tmpfs", "chroot", "no_capabilities",
+              "no_new_privs", "own_session"):
         assert m[k] is True, k
+    assert m["uid_drop"] is ROOT and m["userns"] is (not ROOT)
     p = m["probes"]
-    assert p["uid"] != 0 and p["uid"] == m["uid"]
+    assert p["uid"] != 0 and p["uid"] == m["uid"] and p["pid"] == 1
     assert p["interfaces"] == ["lo"]
     assert "101" in p["loopback_connect"]  # ENETUNREACH: lo is down in the empty namespace
     assert p["etc_passwd_visible"] is False and p["proc_visible"] is False
     assert p["can_signal_parent"] is False and p["can_regain_root"] is False and p["can_raise_rlimit"] is False
+    assert p["capabilities"] == {"effective": 0, "permitted": 0, "inheritable": 0}
     assert {"RLIMIT_CPU", "RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_NOFILE",
             "RLIMIT_CORE"} <= set(m["rlimits"])
     assert m["rlimits"]["RLIMIT_CORE"] == [0, 0]
 
-
+@slow
 def test_external_connect_fails_fast_without_route(suite_report):
     case = next(c for c in suite_report["cases"] if c["name"] == "socket_external")
     assert "Network is unreachable" in case["text"] and case["duration_s"] < 1.0
 
 
+@slow
 def test_cli_selftest_json(capsys):
     from balms.cli import main
 
@@ -86,6 +119,7 @@ def test_cli_selftest_json(capsys):
 
 
 # ------------------------------------------------------------------ faithful contract (paper failures F1, F2)
+@slow
 def test_faithful_fresh_scope_and_silence(frames):
     with Sandbox(frames, mode="faithful", limits=FAST) as sb:
         o1 = sb.run("x = daily['steps'].mean()")
@@ -100,6 +134,7 @@ def test_faithful_fresh_scope_and_silence(frames):
         assert o4.text.strip() == str(list(frames["daily"].columns))
 
 
+@slow
 def test_faithful_error_is_one_line(frames):
     with Sandbox(frames, mode="faithful", limits=FAST) as sb:
         o = sb.run("print('before')\ndaily['nope']")
@@ -108,6 +143,7 @@ def test_faithful_error_is_one_line(frames):
 
 
 # ------------------------------------------------------------------ improved contract
+@slow
 def test_improved_state_and_display(frames):
     df = frames["daily"]
     with Sandbox(frames, mode="improved", limits=FAST) as sb:
@@ -124,6 +160,7 @@ def test_improved_state_and_display(frames):
         assert o5.status == "no_output"
 
 
+@slow
 def test_improved_short_traceback(frames):
     with Sandbox(frames, mode="improved", limits=FAST) as sb:
         o = sb.run("def per_day(col):\n    return daily.groupby('date')[col].mean()\n\nper_day('heart_rate')")
@@ -135,6 +172,7 @@ def test_improved_short_traceback(frames):
         assert s.error_type == "SyntaxError" and "line 1" in s.text
 
 
+@slow
 def test_frames_really_available(frames):
     df = frames["daily"]
     code = "print(round(float(daily['sleep_min'].sum()), 3), daily['date'].min().date(), len(daily))"
@@ -144,6 +182,7 @@ def test_frames_really_available(frames):
             assert sb.run(code).text.strip() == want
 
 
+@slow
 def test_output_truncated_to_bound(frames):
     lim = SandboxLimits(wall_s=5, max_output_chars=500)
     with Sandbox(frames, mode="improved", limits=lim) as sb:
@@ -152,6 +191,7 @@ def test_output_truncated_to_bound(frames):
         assert len(o.text) <= 500 + 80 and o.text.startswith("row 0")
 
 
+@slow
 def test_restart_after_timeout_keeps_working(frames):
     lim = SandboxLimits(wall_s=1.0, cpu_s=1)
     with Sandbox(frames, mode="improved", limits=lim) as sb:
@@ -164,6 +204,7 @@ def test_restart_after_timeout_keeps_working(frames):
         assert sb.run("k = 1\nk + 1").text == "2"
 
 
+@slow
 def test_scratch_cleaned_and_worker_gone_on_close(frames):
     sb = Sandbox(frames, mode="improved", limits=FAST)
     assert sb.run("open('tmp/x.txt', 'w').write('hi')\nopen('tmp/x.txt').read()").text == "'hi'"
@@ -177,6 +218,7 @@ def test_scratch_cleaned_and_worker_gone_on_close(frames):
         sb.run("1")
 
 
+@slow
 def test_observation_fields(frames):
     with Sandbox(frames, mode="improved", limits=FAST) as sb:
         o = sb.run("print('hi')")
@@ -216,6 +258,7 @@ def test_schema_card_without_time_column():
     assert "granularity: unknown" in card and "33% missing" in card and "mean 2" in card
 
 
+@slow
 def test_selftest_human_output():
     from balms.cli import main
 
@@ -223,3 +266,227 @@ def test_selftest_human_output():
     with redirect_stdout(buf):
         rc = main(["sandbox", "selftest", "--cases", "write_canary"])
     assert rc == 0 and "contained 1/1" in buf.getvalue()
+
+
+# ------------------------------------------------------------------ unprivileged: the user-namespace path
+# The cases that failed as a non-root user before the user namespace mapped the caller and dropped capabilities:
+# writes to scratch (EOVERFLOW from an unmapped uid), kill(getppid()) / killpg(0) reaching the outer worker (same
+# kernel uid), and the sys_exit that followed them; chroot_escape and ctypes_libc prove the capabilities are gone.
+UNPRIVILEGED_CASES = ("write_scratch_allowed,kill_parent_ppid,kill_own_group,sys_exit,chroot_escape,ctypes_libc,"
+                      "setuid_root,walk_root,read_etc_passwd")
+
+
+def _as_unprivileged_user(*args: str) -> subprocess.CompletedProcess:
+    """Run `python -m balms.cli ARGS` as UNPRIVILEGED_USER (prepared by scripts/sandbox-user: created if missing,
+    given search permission on the way to this interpreter and checkout)."""
+    prep = subprocess.run([str(PROJECT_ROOT / "scripts" / "sandbox-user"), UNPRIVILEGED_USER, sys.executable],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert prep.returncode == 0, f"scripts/sandbox-user failed: {prep.stdout}{prep.stderr}"
+    env = ["env", "-i", "PATH=/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/tmp"]
+    return subprocess.run([RUNUSER, "-u", UNPRIVILEGED_USER, "--", *env, sys.executable, "-m", "balms.cli", *args],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False)
+
+
+@slow
+@pytest.mark.skipif(RUNUSER is None, reason="runuser (util-linux) not installed")
+@pytest.mark.skipif(not ROOT, reason="switching to an unprivileged user needs root (runuser); as a non-root user "
+                                     "the suite tests above already run unprivileged")
+def test_unprivileged_user_contains_what_used_to_escape():
+    r = _as_unprivileged_user("sandbox", "selftest", "--json", "--mode", "both", "--cases", UNPRIVILEGED_CASES)
+    assert r.stdout.strip(), f"no report (exit {r.returncode}): {r.stderr[-2000:]}"
+    report = json.loads(r.stdout)
+    escaped = {f"{c['mode']}/{c['name']}": (c["status"], c["reasons"]) for c in report["cases"] if not c["contained"]}
+    assert escaped == {} and r.returncode == 0, escaped or r.stderr[-2000:]
+    assert report["tried"] == report["contained"] == 2 * len(UNPRIVILEGED_CASES.split(","))
+    by = {(c["mode"], c["name"]): c for c in report["cases"]}
+    for mode in ("improved", "faithful"):
+        write = by[(mode, "write_scratch_allowed")]
+        assert write["status"] == "ok" and write["text"].strip() == "hello"
+        assert by[(mode, "sys_exit")]["status"] == "error" and "SystemExit: 3" in by[(mode, "sys_exit")]["text"]
+        assert by[(mode, "kill_parent_ppid")]["followup_ok"] and by[(mode, "kill_own_group")]["followup_ok"]
+    m = report["mechanisms"]
+    assert report["degraded"] is False and m["warnings"] == []
+    assert m["root_at_start"] is False and m["userns"] is True and m["uid_drop"] is False
+    assert set(REQUIRED) <= set(report["mechanisms_applied"]) and report["mechanisms_missing"] == ["uid_drop"]
+    assert m["probes"]["capabilities"] == {"effective": 0, "permitted": 0, "inheritable": 0}
+    assert m["probes"]["uid"] == m["uid"] and m["probes"]["can_regain_root"] is False
+
+
+# ------------------------------------------------------------------ fail closed, degraded only on request
+@slow
+def test_refuses_without_namespaces(frames, monkeypatch, tmp_path):
+    """Kernel refusal of the namespaces (simulated): no worker gets code, the error says why and how to fix it."""
+    monkeypatch.setenv(SIMULATE_DENIED_ENV, DENY)
+    monkeypatch.delenv(ALLOW_DEGRADED_ENV, raising=False)
+    for _ in range(2):  # the refusal is not remembered away after the first sandbox of the process
+        with pytest.raises(SandboxUnavailable) as ei:
+            Sandbox(frames, mode="improved", limits=FAST)
+        e = ei.value
+        assert {"netns", "mountns", "pidns", "scratch_tmpfs"} <= set(e.missing)
+        assert not {"netns", "mountns", "pidns", "scratch_tmpfs"} & set(e.applied)
+        msg = str(e)
+        assert msg.startswith("balms sandbox refuses to run model-written code")
+        assert "Not applied: " in msg and "netns" in msg
+        assert f"{SIMULATE_DENIED_ENV}={','.join(sorted(DENY.split(',')))}" in msg
+        assert f"{ALLOW_DEGRADED_ENV}=1" in msg and "allow_degraded=True" in msg
+        assert "Operation not permitted" in msg  # the worker's own reason
+        if ROOT:
+            assert "CAP_SYS_ADMIN" in msg
+        else:
+            assert "unprivileged_userns_clone" in msg and "run as root" in msg
+
+
+@slow
+def test_refusal_also_guards_later_workers(frames, tmp_path):
+    """A worker that comes up without isolation later in an episode is refused before the block is sent (the
+    target is reachable by code running unprivileged without namespaces, i.e. what the refused worker was)."""
+    target = tmp_path / "written"
+    with Sandbox(frames, mode="improved", limits=FAST, allow_degraded=False) as sb:
+        assert sb.run("1 + 1").text == "2" and sb.mechanisms["degraded"] is False
+        sb._cfg["simulate_denied"] = DENY.split(",")  # the next worker meets a kernel without the namespaces
+        sb._discard_worker()
+        with pytest.raises(SandboxUnavailable, match="refuses to run model-written code"):
+            sb.run(f"open({str(target)!r}, 'w').write('ran')")
+    assert not target.exists()
+
+
+def _assert_honest(m: dict, scratch_mb: int) -> None:
+    """Every mechanism claimed applied holds when probed from the inside, and every one that holds is claimed."""
+    applied, p = set(m["applied"]), m["probes"]
+    assert not applied & set(m["missing"]) and applied | set(m["missing"]) == set(MECHANISMS)
+    assert ("netns" in applied) == (p["interfaces"] == ["lo"])
+    assert ("pidns" in applied) == (p["pid"] == 1)
+    assert ("chroot" in applied) == (not p["etc_passwd_visible"])
+    assert ("scratch_tmpfs" in applied) == (p["scratch_fs_bytes"] == scratch_mb * 2**20)
+    assert ("no_capabilities" in applied) == (not any(p["capabilities"].values()))
+    assert ("uid_drop" in applied) == (m["root_at_start"] and p["uid"] == m["uid"] != 0)
+    assert m["degraded"] == any(r not in applied for r in REQUIRED)
+    assert bool(m["warnings"]) == m["degraded"]  # every missing requirement comes with its reason
+
+
+@slow
+def test_mechanisms_list_is_honest_full_and_degraded(frames, monkeypatch):
+    with Sandbox(frames, mode="improved", limits=FAST) as sb:
+        sb.run("1")
+        full = dict(sb.mechanisms)
+    _assert_honest(full, FAST.scratch_mb)
+    assert full["degraded"] is False
+
+    monkeypatch.setenv(SIMULATE_DENIED_ENV, DENY)
+    with pytest.warns(RuntimeWarning, match="running DEGRADED") as caught:
+        with Sandbox(frames, mode="improved", limits=FAST, allow_degraded=True) as sb:
+            obs = sb.run("import socket\n[n for _, n in socket.if_nameindex()]")
+            degraded = dict(sb.mechanisms)
+    _assert_honest(degraded, FAST.scratch_mb)
+    assert degraded["degraded"] is True and degraded["simulated_denied"] == sorted(DENY.split(","))
+    assert {"netns", "mountns", "pidns", "scratch_tmpfs"} <= set(degraded["missing"])
+    assert obs.status == "ok" and obs.text != "['lo']"  # the code really sees the host's network
+    warning = str(caught[0].message)
+    assert "(allow_degraded=True)" in warning
+    applied_part, missing_part = warning.split("; NOT applied ")
+    assert "netns" not in applied_part and "netns" in missing_part.split(". Why:")[0]
+
+
+@slow
+def test_degraded_by_environment_and_selftest_says_so(monkeypatch):
+    monkeypatch.setenv(SIMULATE_DENIED_ENV, DENY)
+    from balms.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(["sandbox", "selftest", "--cases", "write_scratch_allowed"])
+    assert rc == 2 and "REFUSED: balms sandbox refuses" in err.getvalue() and out.getvalue() == ""
+
+    monkeypatch.setenv(ALLOW_DEGRADED_ENV, "1")
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.warns(RuntimeWarning, match=rf"DEGRADED \({ALLOW_DEGRADED_ENV}=1\)"):
+        rc = main(["sandbox", "selftest", "--cases", "write_scratch_allowed"])
+    lines = out.getvalue().splitlines()
+    applied = next(x for x in lines if x.startswith("contained 1/1; mechanisms applied: "))
+    degraded = next(x for x in lines if x.startswith("DEGRADED: required mechanisms NOT applied: "))
+    assert rc == 1  # contained, but a degraded sandbox never passes the selftest
+    for m in ("netns", "mountns", "pidns", "scratch_tmpfs"):
+        assert m not in applied.split(": ", 1)[1].split(", ") and m in degraded
+    assert any(x.startswith("WARNING: ") and "Operation not permitted" in x for x in lines)
+
+
+# ------------------------------------------------------------------ PHIA records what the sandbox was
+@pytest.fixture(scope="module")
+def synthetic_pm():
+    from agent_fakes import samples_of
+
+    tables, samples = samples_of("synthetic", "pmdata")
+    return tables, samples[0]
+
+
+SCRIPT = ["[Act]\n```python\nprint(len(daily))\n```", "Answer: 3"]
+
+
+@slow
+def test_phia_refuses_before_asking_the_model(synthetic_pm, monkeypatch):
+    from agent_fakes import ScriptedBackend
+    from balms.agents.registry import make_agent
+
+    tables, sample = synthetic_pm
+    monkeypatch.setenv(SIMULATE_DENIED_ENV, DENY)
+    monkeypatch.delenv(ALLOW_DEGRADED_ENV, raising=False)
+    be = ScriptedBackend(SCRIPT)
+    rec = make_agent("phia", executor="improved").predict(sample, tables, be)
+    assert be.calls == [] and rec.prediction is None
+    assert rec.error.startswith("sandbox refused: balms sandbox refuses to run model-written code")
+    assert rec.options["sandbox_degraded"] is True and "netns" in rec.options["sandbox_missing"]
+    assert "netns" not in rec.options["sandbox_mechanisms"]
+
+
+@slow
+@pytest.mark.parametrize("degraded", [False, True])
+def test_phia_records_sandbox_mechanisms(synthetic_pm, monkeypatch, degraded):
+    from agent_fakes import ScriptedBackend
+    from balms.agents.registry import make_agent
+
+    tables, sample = synthetic_pm
+    monkeypatch.delenv(ALLOW_DEGRADED_ENV, raising=False)
+    if degraded:
+        monkeypatch.setenv(SIMULATE_DENIED_ENV, DENY)
+    be = ScriptedBackend(SCRIPT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec = make_agent("phia", executor="faithful", allow_degraded=degraded).predict(sample, tables, be)
+    said = [str(w.message) for w in caught if "balms sandbox" in str(w.message)]
+    # one warning per episode when degraded (faithful starts a worker per block), none otherwise
+    assert (len(said) == 1 and "running DEGRADED (allow_degraded=True)" in said[0]) if degraded else said == []
+    assert rec.error is None and rec.prediction == 3
+    assert rec.options["sandbox_degraded"] is degraded
+    applied = set(rec.options["sandbox_mechanisms"])
+    if degraded:
+        assert {"netns", "mountns", "pidns", "scratch_tmpfs"} <= set(rec.options["sandbox_missing"])
+        assert not {"netns", "mountns", "pidns", "scratch_tmpfs"} & applied
+    else:
+        assert set(REQUIRED) <= applied and "sandbox_missing" not in rec.options
+
+
+@slow
+def test_isolation_switched_off_is_refused_too(frames, monkeypatch):
+    monkeypatch.delenv(ALLOW_DEGRADED_ENV, raising=False)
+    with pytest.raises(SandboxUnavailable, match="isolation disabled by the caller") as ei:
+        Sandbox(frames, mode="improved", limits=FAST, isolate=False)
+    assert {"netns", "chroot", "scratch_tmpfs"} <= set(ei.value.missing)
+
+
+def test_simulated_denial_names_are_checked(frames, monkeypatch):
+    monkeypatch.setenv(SIMULATE_DENIED_ENV, "net,ipc")
+    with pytest.raises(ValueError, match=r"unknown namespace\(s\) \['ipc'\]"):
+        Sandbox(frames)
+
+
+@slow
+def test_leftover_processes_are_reaped_before_the_next_block(frames):
+    """Killed children count against RLIMIT_NPROC until reaped: each block must get the whole process budget
+    back, even right after one that used most of it (this raced, most visibly in a user namespace)."""
+    n = FAST.nproc - 3  # the executor, and in a user namespace the outer worker process, count too
+    code = (f"import os, time\nn = 0\nfor _ in range({n}):\n    if os.fork() == 0:\n        time.sleep(600)\n"
+            "    n += 1\nprint('forked', n)")
+    with Sandbox(frames, mode="improved", limits=FAST) as sb:
+        for _ in range(3):
+            obs = sb.run(code)
+            assert (obs.status, obs.text.strip()) == ("ok", f"forked {n}"), obs.text

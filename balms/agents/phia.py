@@ -11,9 +11,13 @@ Data: the user's full record up to `window_end` (the day before the target day) 
 `daily` (one row per day, the selected channels, a `date` column) and, when the dataset has them,
 `subday` (one row per slot). Never any label or self-report column, never a date after window_end.
 
-Executors (sandbox.py, by helper D): "faithful" reproduces the original (fresh scope per block, only
+Executors (balms.sandbox): "faithful" reproduces the original (fresh scope per block, only
 printed output, "Code executed (no output)"); "improved" keeps state in one worker per episode, shows
 the last expression's value, returns short tracebacks, and adds a schema card to the prompt.
+
+The sandbox fails closed: where its isolation is missing, the record carries the refusal as its error and
+no model is asked for code, unless `allow_degraded=True` (or BALMS_SANDBOX_ALLOW_DEGRADED=1). Every record whose
+episode ran code lists the mechanisms applied in options["sandbox_mechanisms"] and options["sandbox_degraded"].
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class PhiaAgent:
     temperature: float = 0.0
     seed: int = 0
     limits: object = None  # sandbox.SandboxLimits; None = the sandbox's defaults
+    allow_degraded: bool = False  # run code even where the sandbox lacks required isolation (recorded per record)
     name: str = field(default="phia", init=False)
 
     def __post_init__(self):
@@ -106,7 +111,7 @@ class PhiaAgent:
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
                 "prompt_version": prompts.PHIA_PROMPT_VERSION}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
-        from balms.agents.sandbox import SandboxLimits
+        from balms.sandbox import SandboxLimits
 
         lim = self.limits if self.limits is not None else SandboxLimits()
         opts["limits"] = dataclasses.asdict(lim) if dataclasses.is_dataclass(lim) else str(lim)
@@ -126,7 +131,7 @@ class PhiaAgent:
         frames = user_frames(tables, window, chans)
         schema = None
         if self.executor == "improved":
-            from balms.agents.sandbox import schema_card
+            from balms.sandbox import schema_card
 
             t = tables.target
             units = {c.name: c.unit for c in [*window.channels, *tables.subday_channels] if c.unit}
@@ -144,7 +149,7 @@ class PhiaAgent:
         return self._setup(sample, tables)[2]
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
-        from balms.agents.sandbox import Sandbox
+        from balms.sandbox import REQUIRED, Sandbox, SandboxUnavailable
 
         episode = Episode(backend)
         _, frames, msgs = self._setup(sample, tables)
@@ -152,9 +157,10 @@ class PhiaAgent:
         params = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
                            stop=prompts.PHIA_STOP, seed=per_sample_seed(sample, self.seed))
         final_text, parsed, error = "", None, None
-        kwargs = {"mode": self.executor}
+        kwargs = {"mode": self.executor, "allow_degraded": True if self.allow_degraded else None}
         if self.limits is not None:
             kwargs["limits"] = self.limits
+        options, box = self.options(), None
         try:
             with Sandbox(frames, **kwargs) as box:
                 for it in range(int(self.max_iters)):
@@ -179,8 +185,13 @@ class PhiaAgent:
                     msgs.append(Message("user", prompts.phia_observation(obs.text)))
         except BackendError:
             raise
+        except SandboxUnavailable as e:  # fail closed: no code runs, the record says why and how to enable it
+            error = f"sandbox refused: {e}"
+            options.update(_sandbox_options(e.mechanisms, REQUIRED))
         except Exception as e:  # sandbox infrastructure failure: keep the transcript, flag the record
             error = f"sandbox failure: {type(e).__name__}: {e}"
+        if box is not None:
+            options.update(_sandbox_options(box.mechanisms, REQUIRED))
         if parsed is None and error is None:
             force = prompts.phia_force_finish(t.scale_min, t.scale_max)
             if msgs[-1].role == "user":  # merge with the last observation: no two user turns in a row
@@ -193,8 +204,18 @@ class PhiaAgent:
             final_text, parsed = comp.text, parse_for(tables, comp.text)
         rationale = _TAGS.sub("", parsed.rationale).strip() if parsed else ""
         return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
-                            backend=backend, episode=episode, options=self.options(),
+                            backend=backend, episode=episode, options=options,
                             raw_answer=final_text, parsed=parsed, rationale=rationale, error=error)
+
+
+def _sandbox_options(mech: dict, required: tuple) -> dict:
+    """What the record says about the sandbox that ran (or refused) its code; nothing when no worker reported."""
+    if not mech:
+        return {}
+    out = {"sandbox_mechanisms": list(mech["applied"]), "sandbox_degraded": bool(mech["degraded"])}
+    if mech["degraded"]:
+        out["sandbox_missing"] = [m for m in mech["missing"] if m in required]
+    return out
 
 
 def _obs_meta(obs) -> dict:

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from balms.agents.sandbox import Sandbox, SandboxLimits
 from balms.paths import PROJECT_ROOT
+from balms.sandbox.executor import Sandbox, SandboxLimits
 
 FAIL = ("error", "memory", "killed", "timeout")
 ANY = ("ok", "no_output", "error", "memory", "killed", "timeout", "output_truncated")
@@ -191,8 +191,9 @@ def _listener_hits(srv: socket.socket) -> int:
 
 
 def run_suite(mode: str = "improved", limits: SandboxLimits | None = None, cases: list[Case] | None = None,
-              progress=None) -> dict:
-    """Run every case in ONE episode (the episode must survive them all); return the selftest report."""
+              progress=None, allow_degraded: bool | None = None) -> dict:
+    """Run every case in ONE episode (the episode must survive them all); return the selftest report.
+    Raises SandboxUnavailable (before any case runs) where isolation is missing and degraded is not allowed."""
     limits = limits or SandboxLimits(wall_s=2.0, cpu_s=2, mem_mb=512, max_output_chars=2000)
     cases = CASES if cases is None else cases
     frames = demo_frames()
@@ -214,7 +215,7 @@ def run_suite(mode: str = "improved", limits: SandboxLimits | None = None, cases
     results = []
     t_start = time.monotonic()
     try:
-        with Sandbox(frames, mode=mode, limits=limits) as sb:
+        with Sandbox(frames, mode=mode, limits=limits, allow_degraded=allow_degraded) as sb:
             for case in cases:
                 code = (case.code.replace("@CANARY@", str(canary)).replace("@PORT@", str(port))
                         .replace("@PARENT@", str(os.getpid())).replace("@REPO@", str(PROJECT_ROOT))
@@ -261,4 +262,5 @@ def run_suite(mode: str = "improved", limits: SandboxLimits | None = None, cases
         os.rmdir(canary)
     return {"tried": len(results), "contained": sum(r["contained"] for r in results), "mode": mode,
             "worker_restarts": restarts, "wall_s": round(time.monotonic() - t_start, 1),
-            "limits": limits.__dict__, "mechanisms": mechanisms, "cases": results}
+            "limits": limits.__dict__, "mechanisms": mechanisms, "mechanisms_applied": mechanisms["applied"],
+            "mechanisms_missing": mechanisms["missing"], "degraded": mechanisms["degraded"], "cases": results}

@@ -1,21 +1,23 @@
 """Child side of the PHIA code sandbox (run as a script, never imported by user code).
 
 Why a separate script: the parent starts it with `python -I <this file> REQ_FD RESP_FD PARENT_PID` in a new
-session, so the code an LLM wrote never shares an interpreter, a process group or (after setup) a uid with the
-harness. Setup order matters and is the whole security story:
+session, so the code an LLM wrote never shares an interpreter, a process group or (after setup) any privilege
+with the harness. Setup order matters and is the whole security story:
 
-  1. (root) new network, mount and pid namespaces via unshare(2); fork so the executor is pid 1 of the new pid
-     namespace (when it dies, every process it spawned dies with it);
-  2. (root) a size-capped private tmpfs is mounted on the scratch folder (only this process tree sees it);
-  3. (root) numpy/pandas/stdlib modules are imported and warmed up, the user's frames are loaded from a private
-     root-only file;
-  4. (root) chroot into the scratch tmpfs, so nothing else of the filesystem exists any more;
-  5. resource limits (CPU, address space, processes, file size, open files, core=0), then drop to a dedicated
-     unprivileged uid/gid (no capabilities, no_new_privs), then the parent-death signal.
+  1. new network, mount and pid namespaces via unshare(2); when not root, together with a new user namespace in
+     which the calling uid is mapped to the sandbox uid (so the unprivileged caller may mount and chroot inside
+     it); fork so the executor is pid 1 of the new pid namespace, in its own session (when it dies, every process
+     it spawned dies with it, and the code cannot signal the outer process group);
+  2. a size-capped private tmpfs is mounted on the scratch folder (only this process tree sees it);
+  3. numpy/pandas/stdlib modules are imported and warmed up, the user's frames are loaded from a private file;
+  4. chroot into the scratch tmpfs, so nothing else of the filesystem exists any more;
+  5. resource limits (CPU, address space, processes, file size, open files, core=0), then the privilege drop:
+     as root, switch to a dedicated unused uid/gid; in a user namespace, drop every capability (effective,
+     permitted, inheritable, ambient and bounding set); then no_new_privs and the parent-death signal.
 
 Messages are 4-byte big-endian length + UTF-8 JSON in both directions; the parent never unpickles anything the
-child sends. If not root, the worker tries an unprivileged user namespace for the network and reports every
-mechanism it could not apply as an explicit warning.
+child sends. Every mechanism is reported as applied or not (with the reason as a warning), measured here; the
+parent decides whether that is enough to run model-written code.
 """
 
 from __future__ import annotations
@@ -34,10 +36,15 @@ import linecache  # noqa: E402
 import resource  # noqa: E402
 import signal  # noqa: E402
 import struct  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 
 _write = os.write
 _read = os.read
+_kill = os.kill
+_waitpid = os.waitpid
+_monotonic = time.monotonic
+_sleep = time.sleep
 _getpid = os.getpid
 _exit = os._exit
 _dumps = json.dumps
@@ -52,7 +59,13 @@ MS_NODEV = 4
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# Namespace names accepted by the parent's BALMS_SANDBOX_SIMULATE_DENIED test hook
+NS_FLAGS = {"user": CLONE_NEWUSER, "net": CLONE_NEWNET, "mount": CLONE_NEWNS, "pid": CLONE_NEWPID}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -96,8 +109,52 @@ def _check(rc: int, what: str) -> None:
         raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
-def unshare(flags: int) -> None:
+def unshare(flags: int, denied: frozenset = frozenset()) -> None:
+    """unshare(2); a namespace named in `denied` fails with EPERM as a kernel without it would (test hook)."""
+    refused = sorted(name for name, f in NS_FLAGS.items() if flags & f and name in denied)
+    if refused:
+        raise OSError(1, f"unshare: Operation not permitted (simulated: {', '.join(refused)} namespace denied)")
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def map_ids(inside: int, outside_uid: int, outside_gid: int) -> None:
+    """Map the caller's uid/gid to `inside` in the user namespace it just created (one id each, as an
+    unprivileged process may; setgroups must be denied before gid_map can be written)."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{inside} {outside_uid} 1"),
+                       ("gid_map", f"{inside} {outside_gid} 1")):
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def capabilities() -> dict:
+    """This process's capability sets (capget), as integers."""
+    hdr, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(hdr), data), "capget")
+    join = lambda k: getattr(data[0], k) | (getattr(data[1], k) << 32)  # noqa: E731
+    return {k: join(k) for k in ("effective", "permitted", "inheritable")}
+
+
+def drop_capabilities(last_cap: int) -> None:
+    """Empty the bounding and ambient sets, then the effective/permitted/inheritable sets (in that order:
+    dropping the bounding set needs CAP_SETPCAP)."""
+    for cap in range(last_cap + 1):
+        _check(_libc.prctl(ctypes.c_int(PR_CAPBSET_DROP), ctypes.c_ulong(cap), ctypes.c_ulong(0),
+                           ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl CAPBSET_DROP {cap}")
+    _libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), ctypes.c_ulong(0),
+                ctypes.c_ulong(0), ctypes.c_ulong(0))  # EINVAL on kernels without ambient caps: nothing to clear
+    hdr, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(hdr), data), "capset")
 
 
 def mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -122,10 +179,9 @@ def setup(cfg: dict, parent_pid: int, mech: dict) -> tuple[dict, dict]:
     """Apply the remaining isolation mechanisms (filling `mech`); return (mech, frames). Runs in the pid-1 child."""
     warn = mech["warnings"].append
     isolate = cfg.get("isolate", True)
-    root = os.geteuid() == 0
+    root = mech["root_at_start"]
     scratch = cfg["scratch"]
     uid = int(cfg["uid"])
-    mech["root_at_start"] = root
 
     # 2. private tmpfs on scratch (inside our own mount namespace)
     mech["scratch_tmpfs"] = False
@@ -133,7 +189,7 @@ def setup(cfg: dict, parent_pid: int, mech: dict) -> tuple[dict, dict]:
         try:
             mount(None, "/", None, MS_REC | MS_PRIVATE, None)
             opts = f"size={int(cfg['scratch_mb'])}m,nr_inodes=4096,mode=0700"
-            if root:
+            if root or mech.get("userns"):  # owned by the uid the code will run as
                 opts += f",uid={uid},gid={uid}"
             mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts)
             mech["scratch_tmpfs"] = True
@@ -169,6 +225,7 @@ def setup(cfg: dict, parent_pid: int, mech: dict) -> tuple[dict, dict]:
 
     devnull = os.open("/dev/null", os.O_RDWR)
     vm_now = _vm_size_bytes()  # before the chroot hides /proc
+    last_cap = _last_cap()
 
     # 4. chroot into scratch
     mech["chroot"] = False
@@ -212,11 +269,26 @@ def setup(cfg: dict, parent_pid: int, mech: dict) -> tuple[dict, dict]:
     if isolate and root:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # leaving uid 0 clears every capability
         mech["uid_drop"] = True
         mech["uid"] = uid
+    elif isolate and mech.get("userns"):
+        try:
+            drop_capabilities(last_cap)
+        except OSError as e:
+            warn(f"capabilities inside the user namespace not dropped ({e})")
+        mech["uid"] = uid  # the namespace's only uid; the kernel still sees the calling user
     elif isolate:
-        warn("not root: cannot switch to a dedicated uid; code runs as the calling user")
+        warn("not root and no user namespace: no uid switch; code runs as the calling user and can reach "
+             "whatever that user can")
+    try:
+        caps = capabilities()
+        mech["no_capabilities"] = not any(caps.values())  # measured, whichever way it was reached
+        if not mech["no_capabilities"]:
+            warn(f"capabilities still held: {caps}")
+    except OSError as e:
+        mech["no_capabilities"] = False
+        warn(f"capabilities could not be read ({e})")
     try:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         mech["no_new_privs"] = True
@@ -248,6 +320,14 @@ def _vm_size_bytes() -> int:
     return 0
 
 
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63  # CAPBSET_DROP of an unknown capability fails with EINVAL, caught by the caller
+
+
 def _cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -259,6 +339,9 @@ def _probes(parent_pid: int) -> dict:
 
     out: dict = {}
     out["uid"] = os.getuid()
+    out["pid"] = os.getpid()  # 1 in a pid namespace of our own
+    st = os.statvfs(".")  # the scratch folder: the private tmpfs has exactly the configured size
+    out["scratch_fs_bytes"] = st.f_blocks * st.f_frsize
     out["etc_passwd_visible"] = os.path.exists("/etc/passwd")
     out["proc_visible"] = os.path.exists("/proc/self")
     try:
@@ -289,6 +372,10 @@ def _probes(parent_pid: int) -> dict:
         out["can_raise_rlimit"] = True
     except (OSError, ValueError):
         out["can_raise_rlimit"] = False
+    try:
+        out["capabilities"] = capabilities()
+    except OSError as e:
+        out["capabilities"] = f"error: {e}"
     return out
 
 
@@ -440,22 +527,27 @@ def run_block(req: dict, ns: dict, cfg: dict, my_pid: int) -> dict:
     return resp
 
 
-def _reap_strays() -> int:
-    """Kill and reap every other process in our pid namespace (we are its pid 1)."""
+def _reap_strays(timeout_s: float = 2.0) -> int:
+    """Kill and reap every other process in our pid namespace (we are its pid 1, so orphans are ours too).
+    Waits until none is left (or `timeout_s`): a killed child counts against RLIMIT_NPROC until it is reaped,
+    and the next block must not find the process budget used up by the previous one's leftovers."""
     n = 0
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
+    deadline = _monotonic() + timeout_s
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            _kill(-1, signal.SIGKILL)  # again each round: catches processes forked while we were reaping
+        except OSError:
+            pass
+        try:
+            pid, _ = _waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            break
-        if pid == 0:
-            break
-        n += 1
-    return n
+            return n  # no child left
+        if pid:
+            n += 1
+        elif _monotonic() > deadline:
+            return n
+        else:
+            _sleep(0.001)
 
 
 def make_namespace(frames: dict) -> dict:
@@ -491,25 +583,35 @@ def main() -> None:
     if os.getppid() != parent_pid:
         _exit(3)
     cfg = recv(req_fd)
-    mech: dict = {"warnings": [], "separate_process": True, "own_session": os.getsid(0) == os.getpid()}
+    root = os.geteuid() == 0
+    real_uid, real_gid = os.getuid(), os.getgid()  # read before unshare: afterwards they show as unmapped
+    mech: dict = {"warnings": [], "separate_process": True, "own_session": os.getsid(0) == os.getpid(),
+                  "root_at_start": root, "userns": False}
+    denied = frozenset(cfg.get("simulate_denied") or ())
+    if denied:
+        mech["simulated_denied"] = sorted(denied)
     net_before = _ns_inode("net")
     mech["netns"] = mech["mountns"] = mech["pidns"] = False
     if cfg.get("isolate", True):
-        flags = CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID
-        if os.geteuid() != 0:
-            flags |= CLONE_NEWUSER
+        user = 0 if root else CLONE_NEWUSER  # root needs no user namespace (and keeps the real uid switch)
         try:
-            unshare(flags)
+            unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWPID | user, denied)
             mech["netns"] = mech["mountns"] = mech["pidns"] = True
-            if flags & CLONE_NEWUSER:
-                mech["userns"] = True
+            mech["userns"] = bool(user)
         except OSError as e:
-            mech["warnings"].append(f"namespaces unavailable ({e}); trying a network namespace alone")
+            mech["warnings"].append(f"network, mount and pid namespaces unavailable ({e}); "
+                                    "trying a network namespace alone")
             try:
-                unshare(CLONE_NEWNET | (CLONE_NEWUSER if os.geteuid() != 0 else 0))
+                unshare(CLONE_NEWNET | user, denied)
                 mech["netns"] = True
+                mech["userns"] = bool(user)
             except OSError as e2:
                 mech["warnings"].append(f"NO network isolation: {e2}")
+        if mech["userns"]:
+            try:
+                map_ids(int(cfg["uid"]), real_uid, real_gid)
+            except OSError as e:  # the code would run as an unmapped uid: no file can be created
+                mech["warnings"].append(f"uid/gid mapping in the user namespace failed ({e})")
     mech["netns_changed"] = net_before is not None and _ns_inode("net") != net_before
     if mech["pidns"]:
         pid = os.fork()
@@ -519,6 +621,10 @@ def main() -> None:
             _, status = os.waitpid(pid, 0)
             _exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 1)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # own session: kill(0), killpg(0) and kill(getppid()=0) from the code reach only this namespace's
+        # processes, never the outer process (which, in a user namespace, runs as the same kernel uid)
+        os.setsid()
+        mech["own_session"] = os.getsid(0) == os.getpid()
         mech["pid_in_namespace"] = os.getpid()
     try:
         mech, frames = setup(cfg, parent_pid, mech)

@@ -7,9 +7,12 @@ Two observation contracts (the paper's failure analysis hinges on the difference
 - `improved`: one worker per episode keeps state, the last expression is displayed as in a notebook, errors come
   back as a short traceback of the user's own frames, and the prompt gets a `schema_card`.
 
-Safety comes from Linux, not from inspecting the code: see `sandbox_worker.py` (namespaces, chroot into a private
-tmpfs, rlimits, dedicated uid). The parent adds the wall timeout (kill the worker's process group, restart it)
-and never trusts the child's bytes beyond bounded JSON.
+Safety comes from Linux, not from inspecting the code: see `worker.py` (namespaces, chroot into a private
+tmpfs, rlimits, a dedicated uid as root or a user namespace without capabilities otherwise). The parent adds the
+wall timeout (kill the worker's process group, restart it) and never trusts the child's bytes beyond bounded
+JSON. It fails closed: a worker that could not apply every mechanism in REQUIRED is refused before any code is
+sent, unless the caller opted into a degraded sandbox (`allow_degraded=True` or BALMS_SANDBOX_ALLOW_DEGRADED=1);
+`Sandbox.mechanisms` then lists exactly what was and was not applied.
 """
 
 from __future__ import annotations
@@ -32,13 +35,96 @@ from pathlib import Path
 import pandas as pd
 
 NO_OUTPUT = "Code executed (no output)"
-WORKER_SCRIPT = Path(__file__).with_name("sandbox_worker.py")
+WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 STATUSES = ("ok", "no_output", "error", "timeout", "killed", "memory", "output_truncated")
+ALLOW_DEGRADED_ENV = "BALMS_SANDBOX_ALLOW_DEGRADED"
+# Test hook: comma-separated namespaces (user, net, mount, pid) the worker must treat as refused by the kernel,
+# so the refusal and the degraded path can be exercised on a machine where everything works.
+SIMULATE_DENIED_ENV = "BALMS_SANDBOX_SIMULATE_DENIED"
+RLIMITS = ("RLIMIT_CORE", "RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_CPU")
+# Every mechanism the worker reports, in setup order. `uid_drop` (root) and a capability drop inside `userns`
+# (unprivileged) are the two ways to reach `no_capabilities` (measured with capget after setup), so neither is
+# required by itself.
+MECHANISMS = ("separate_process", "own_session", "userns", "netns", "mountns", "pidns", "scratch_tmpfs", "chroot",
+              "rlimits", "uid_drop", "no_capabilities", "no_new_privs")
+REQUIRED = ("separate_process", "netns", "mountns", "pidns", "scratch_tmpfs", "chroot", "rlimits", "no_capabilities",
+            "no_new_privs")
 _uid_counter = itertools.count()
+_verified: set = set()  # sandbox configurations whose first worker already passed the isolation check
 
 
 class SandboxError(RuntimeError):
     """The sandbox itself (not the user's code) failed, e.g. the worker could not start."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The isolation that model-written code needs is missing here; no code was run."""
+
+    def __init__(self, message: str, mechanisms: dict):
+        super().__init__(message)
+        self.mechanisms = mechanisms
+        self.applied = list(mechanisms.get("applied", []))
+        self.missing = list(mechanisms.get("missing", []))
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def assess(mech: dict) -> tuple[list[str], list[str]]:
+    """(applied, not applied) mechanism names, from what the worker measured on itself."""
+    def holds(name: str) -> bool:
+        if name == "rlimits":
+            return set(RLIMITS) <= set(mech.get("rlimits") or {})
+        if name == "netns":
+            return mech.get("netns") is True and mech.get("netns_changed") is True
+        return mech.get(name) is True
+
+    applied = [m for m in MECHANISMS if holds(m)]
+    return applied, [m for m in MECHANISMS if m not in applied]
+
+
+def _read_sysctl(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def how_to_enable() -> str:
+    """What to change on this machine so the worker gets its namespaces (read from the sysctls present)."""
+    if os.geteuid() == 0:
+        return ("even as root the kernel refused the namespaces: inside a container, unshare(2) needs "
+                "CAP_SYS_ADMIN and a seccomp profile that allows it (e.g. docker run --cap-add SYS_ADMIN "
+                "--security-opt seccomp=unconfined), or run on a VM / the host")
+    fixes = []
+    if _read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+        fixes.append("sysctl -w kernel.unprivileged_userns_clone=1")
+    if _read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        fixes.append("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")
+    if _read_sysctl("/proc/sys/user/max_user_namespaces") == "0":
+        fixes.append("sysctl -w user.max_user_namespaces=15000")
+    if fixes:
+        how = "allow unprivileged user namespaces (as root: " + "; ".join(fixes) + ")"
+    else:
+        how = ("allow unprivileged user namespaces (kernel.unprivileged_userns_clone=1, "
+               "kernel.apparmor_restrict_unprivileged_userns=0 and user.max_user_namespaces>0 where those sysctls "
+               "exist; in a container, a seccomp profile that allows unshare(2))")
+    return how + ", or run as root"
+
+
+def refusal_message(mech: dict) -> str:
+    applied, missing = mech["applied"], mech["missing"]
+    req_missing = [m for m in REQUIRED if m in missing]
+    why = "; ".join(mech.get("warnings") or []) or "no reason reported"
+    sim = mech.get("simulated_denied")
+    sim_note = f" (simulated with {SIMULATE_DENIED_ENV}={','.join(sim)})" if sim else ""
+    return (f"balms sandbox refuses to run model-written code: the isolation it needs is unavailable here{sim_note}. "
+            f"Not applied: {', '.join(req_missing)}. Applied: {', '.join(applied) or 'none'}. Why: {why}. "
+            f"To enable it: {how_to_enable()}; check with `python -m balms.cli sandbox selftest`. To run anyway "
+            f"with only the mechanisms listed as applied, opt in explicitly: {ALLOW_DEGRADED_ENV}=1, "
+            "Sandbox(..., allow_degraded=True), PHIA option allow_degraded=True or `balms sandbox selftest "
+            "--allow-degraded`; every record and report then lists the mechanisms applied.")
 
 
 @dataclass(frozen=True)
@@ -181,7 +267,10 @@ class Sandbox:
     """Context manager; `run(code)` returns an Observation and never raises for anything the code does."""
 
     def __init__(self, frames: dict[str, pd.DataFrame], mode: str = "faithful",
-                 limits: SandboxLimits | None = None, isolate: bool = True):
+                 limits: SandboxLimits | None = None, isolate: bool = True, allow_degraded: bool | None = None):
+        """`allow_degraded`: run even where a mechanism in REQUIRED is missing (None: read
+        BALMS_SANDBOX_ALLOW_DEGRADED). Raises SandboxUnavailable otherwise, at the latest before the first block
+        is sent; the first Sandbox of a process checks already here, before any model is asked for code."""
         if mode not in ("faithful", "improved"):
             raise ValueError(f"mode must be 'faithful' or 'improved', got {mode!r}")
         for name, df in frames.items():
@@ -189,18 +278,21 @@ class Sandbox:
                 raise ValueError(f"frame name {name!r} must be a Python identifier other than pd/np")
             if not isinstance(df, pd.DataFrame):
                 raise TypeError(f"frame {name!r} must be a pandas DataFrame, got {type(df).__name__}")
+        env_allow = _truthy(os.environ.get(ALLOW_DEGRADED_ENV))
+        self.allow_degraded = env_allow if allow_degraded is None else bool(allow_degraded)
+        self._allowed_by = (f"{ALLOW_DEGRADED_ENV}=1" if allow_degraded is None else "allow_degraded=True")
+        denied = sorted({d.strip() for d in os.environ.get(SIMULATE_DENIED_ENV, "").split(",") if d.strip()})
+        unknown = sorted(set(denied) - {"user", "net", "mount", "pid"})
+        if unknown:
+            raise ValueError(f"{SIMULATE_DENIED_ENV}: unknown namespace(s) {unknown}; use user, net, mount, pid")
         self.mode = mode
         self.limits = limits or SandboxLimits()
         self.private = Path(tempfile.mkdtemp(prefix="balms-sbx-priv-"))
         os.chmod(self.private, 0o700)
         self.scratch = Path(tempfile.mkdtemp(prefix="balms-sbx-scratch-"))
         self.uid = _allocate_uid()
-        root = os.geteuid() == 0
-        if root:
+        if os.geteuid() == 0:
             os.chown(self.scratch, self.uid, self.uid)
-        else:
-            warnings.warn("balms sandbox: not running as root; chroot and the uid drop are unavailable, "
-                          "see Sandbox.mechanisms['warnings']", RuntimeWarning, stacklevel=2)
         os.chmod(self.scratch, 0o700)
         frames_path = self.private / "frames.pkl"
         pd.to_pickle(dict(frames), frames_path)
@@ -208,13 +300,22 @@ class Sandbox:
         self._cfg = {"mode": mode, "scratch": str(self.scratch), "private": str(self.private), "uid": self.uid,
                      "frames_path": str(frames_path), "mem_mb": lim.mem_mb, "cpu_s": lim.cpu_s,
                      "scratch_mb": lim.scratch_mb, "nproc": lim.nproc, "max_output_chars": lim.max_output_chars,
-                     "max_rows": lim.max_rows, "isolate": isolate}
+                     "max_rows": lim.max_rows, "isolate": isolate, "simulate_denied": denied}
         self._worker: _Worker | None = None
         self._block = 0
         self.restarts = 0
         self.mechanisms: dict = {}
+        self._warned = False
         self.closed = False
         self._spawn()  # faithful: this is the first block's fresh process, started ahead of time
+        key = (isolate, self.allow_degraded, tuple(denied))
+        if key not in _verified:
+            try:
+                self._ready_worker()
+            except BaseException:
+                self.close()
+                raise
+            _verified.add(key)
 
     # ------------------------------------------------------------------ lifecycle
     def _spawn(self) -> None:
@@ -225,7 +326,20 @@ class Sandbox:
             self._spawn()
         w = self._worker
         if w.mechanisms is None:
-            self.mechanisms = w.wait_ready(self.limits.startup_s)
+            mech = dict(w.wait_ready(self.limits.startup_s))
+            applied, missing = assess(mech)
+            mech.update(applied=applied, missing=missing, degraded=any(m in missing for m in REQUIRED))
+            self.mechanisms = mech
+            if mech["degraded"]:
+                if not self.allow_degraded:
+                    self._discard_worker()
+                    raise SandboxUnavailable(refusal_message(mech), mech)
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(f"balms sandbox running DEGRADED ({self._allowed_by}): applied "
+                                  f"{', '.join(applied) or 'none'}; NOT applied {', '.join(missing)}. Why: "
+                                  f"{'; '.join(mech.get('warnings') or []) or 'no reason reported'}",
+                                  RuntimeWarning, stacklevel=3)
         return w
 
     def _discard_worker(self) -> None:
@@ -350,59 +464,3 @@ class Sandbox:
             text = "\n".join(parts)
         status = "output_truncated" if (trunc_note or len(text) > lim.max_output_chars) else "ok"
         return Observation(self._truncate(text), status, None, None, duration, chars)
-
-
-# ---------------------------------------------------------------------- schema card (improved prompt)
-def _datetime_column(df: pd.DataFrame) -> pd.Series | None:
-    if isinstance(df.index, pd.DatetimeIndex):
-        return df.index.to_series()
-    for c in df.columns:
-        if pd.api.types.is_datetime64_any_dtype(df[c]):
-            return df[c]
-    for c in df.columns:
-        if str(c).lower() in ("date", "day", "datetime", "timestamp", "time", "start", "start_time"):
-            parsed = pd.to_datetime(df[c], errors="coerce")
-            if parsed.notna().mean() > 0.9:
-                return parsed
-    return None
-
-
-def _fmt(x: float) -> str:
-    return "nan" if pd.isna(x) else f"{x:.4g}"
-
-
-def schema_card(frames: dict[str, pd.DataFrame], target_desc: str | None = None,
-                units: dict[str, str] | None = None, max_columns: int = 40) -> str:
-    """What the improved prompt tells the model about its data: per frame the columns, dtypes, units,
-    granularity (daily vs sub-day rows per day) and the user's own baseline statistics, so thresholds can be
-    derived from this user (F4) and sub-day rows are not mistaken for days (F5)."""
-    units = units or {}
-    lines: list[str] = []
-    if target_desc:
-        lines.append(f"Target: {target_desc}")
-    for name, df in frames.items():
-        lines.append(f"DataFrame `{name}`: {len(df)} rows x {df.shape[1]} columns")
-        ts = _datetime_column(df)
-        if ts is not None and ts.notna().any():
-            days = ts.dt.normalize()
-            n_days = int(days.nunique())
-            per_day = len(ts.dropna()) / max(n_days, 1)
-            gran = ("daily (one row per day)" if per_day <= 1.0001 else
-                    f"sub-day (about {per_day:.1f} rows per day; aggregate per day before comparing days)")
-            lines.append(f"  time span: {ts.min()} to {ts.max()} ({n_days} distinct days); granularity: {gran}")
-        else:
-            lines.append("  granularity: unknown (no date/time column)")
-        lines.append("  columns (dtype, unit, missing; user's baseline mean / median / std / min / max):")
-        for col in list(df.columns)[:max_columns]:
-            s = df[col]
-            unit = units.get(f"{name}.{col}", units.get(str(col)))
-            miss = f"{s.isna().mean() * 100:.0f}% missing"
-            desc = f"    - {col} ({s.dtype}" + (f", {unit}" if unit else "") + f", {miss})"
-            if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s) and s.notna().any():
-                v = s.astype(float)
-                desc += (f": mean {_fmt(v.mean())}, median {_fmt(v.median())}, std {_fmt(v.std())}, "
-                         f"min {_fmt(v.min())}, max {_fmt(v.max())}")
-            lines.append(desc)
-        if df.shape[1] > max_columns:
-            lines.append(f"    ... {df.shape[1] - max_columns} more columns (see `{name}.columns`)")
-    return "\n".join(lines)
