@@ -135,7 +135,7 @@ def test_changed_code_reruns_the_cell_from_the_response_cache(tmp_path, real_dat
     assert second["key"] != first["key"]  # new cell, new run file ...
     assert (second["hits"], second["misses"]) == (2, 0)  # ... computed from the response cache
     assert second["prompts"] == first["prompts"]
-    prompts = pkg / "balms" / "agents" / "prompts.py"
+    prompts = pkg / "balms" / "agents" / "paper_prompts.py"  # the default (paper) style's template
     prompts.write_text(prompts.read_text() + "\n\n_orig_healthllm_prompt = healthllm_prompt\n\n\n"
                        "def healthllm_prompt(*args, **kwargs):\n"
                        "    return _orig_healthllm_prompt(*args, **kwargs) + '\\nPROMPT-CHANGED'\n")
