@@ -8,8 +8,8 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 from balms import report  # noqa: E402
 

@@ -32,7 +32,7 @@ from balms.experiments.summaries import (
     table3_paper_vs_ours,
 )
 
-__all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS", "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES",
-           "agent_options", "aggregate_judgements", "cohort", "from_notebook", "grid_result", "ground_grid",
-           "judge_grid", "load", "make_cell", "mean_predictor_rows", "models_run", "run_cell", "run_cell_spec", "run_grid",
-           "summarize", "table3_paper_vs_ours", "with_lookback"]
+__all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
+           "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES", "agent_options", "aggregate_judgements", "cohort",
+           "from_notebook", "grid_result", "ground_grid", "judge_grid", "load", "make_cell", "mean_predictor_rows",
+           "models_run", "run_cell", "run_cell_spec", "run_grid", "summarize", "table3_paper_vs_ours", "with_lookback"]
