@@ -230,9 +230,12 @@ def resolve_for_notebook(profile: str, notebook: str | Path, cli: str = "") -> d
     if unknown:
         raise ConfigError(_unknown_message(unknown, "P (command-line parameters)"))
     cfg = load(profile, **overrides)
-    wanted = notebook_parameters(notebook)
+    # the notebook's declared parameters, plus every key given explicitly on the command line: execution settings
+    # no parameters cell declares (servers, anthropic_batch, reasoning budgets) reach the notebook's config
+    # (papermill injects them; `from_notebook` reads every config field it finds) instead of being dropped
+    wanted = notebook_parameters(notebook) + [k for k in overrides if k not in ("profile",)]
     full = cfg.model_dump()
-    return {k: full[k] for k in wanted}
+    return {k: full[k] for k in dict.fromkeys(wanted)}
 
 
 def _cmd(args) -> int:
