@@ -25,7 +25,7 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser test test-fast test-slow test-notebooks data paper notebook report \
         bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint export-responses \
-        replay-check plan plan-confirm FORCE
+        replay-check plan plan-confirm paper-dryrun FORCE
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -72,6 +72,9 @@ test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder
 	rm -rf $(NB_TEST)
 	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(NB_TEST)/executed
+
+paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked
+	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)"
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all

@@ -76,6 +76,10 @@ def save_figure(fig, stem: str, *, artefact: str, notebook: str, source: str, pr
     png = fdir / f"{stem}.png"
     fig.savefig(png, dpi=130, bbox_inches="tight")
     fig.savefig(fdir / f"{stem}.pdf", bbox_inches="tight", metadata={"CreationDate": None})  # byte-stable
+    # what the figure shows, machine-readable (the paper dry run checks one panel per backbone from this)
+    sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    panels = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    (fdir / f"{stem}.panels.json").write_text(json.dumps({"title": sup, "panels": panels}, indent=1) + "\n")
     _register(profile, {"artefact": artefact, "path": _rel(png), "notebook": notebook, "source": source,
                         "profile": profile, "models": ";".join(models), "n": n, "caption": caption})
     return png
