@@ -223,7 +223,8 @@ def check(out_dir: Path, backbones: list[str], judge: str, counters: dict) -> li
                 if c in t.columns:
                     need(t[f"{c} parse fail"].notna().all(),
                          f"{stem}: {b} has a cell in each of {len(t)} rows ({t[c].notna().sum()} with a parsed MAE)")
-    for stem, keys in (("prediction_zero_shot_cells", ["dataset", "system"]), ("latency", ["dataset", "system", "cot"])):
+    grouped = (("prediction_zero_shot_cells", ["dataset", "system"]), ("latency", ["dataset", "system", "cot"]))
+    for stem, keys in grouped:
         t = csv(stem)
         if t is not None:
             per = t.groupby(keys)["model"].apply(set)
@@ -238,7 +239,8 @@ def check(out_dir: Path, backbones: list[str], judge: str, counters: dict) -> li
     t6 = csv("table6_globem_tier2")
     if t6 is not None:
         ours = t6[t6["who"] == "ours"]
-        need(set(ours["backbone"]) == set(backbones), f"table6_globem_tier2: ours rows for {sorted(set(ours['backbone']))}")
+        need(set(ours["backbone"]) == set(backbones),
+             f"table6_globem_tier2: ours rows for {sorted(set(ours['backbone']))}")
     idx_p = tables / "index.csv"
     need(idx_p.exists(), "artefact index exists")
     if idx_p.exists():
