@@ -25,7 +25,7 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
         report bench bench-data bench-runner bench-agents bench-sandbox bench-llama clean-runs lint export-responses \
-        replay-check plan plan-confirm FORCE
+        replay-check plan plan-confirm paper-dryrun FORCE
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -75,6 +75,9 @@ test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder
 
 sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)
 	scripts/sandbox-selftest $(PY)
+
+paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked
+	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)"
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all

@@ -76,6 +76,10 @@ def save_figure(fig, stem: str, *, artefact: str, notebook: str, source: str, pr
     png = fdir / f"{stem}.png"
     fig.savefig(png, dpi=130, bbox_inches="tight")
     fig.savefig(fdir / f"{stem}.pdf", bbox_inches="tight", metadata={"CreationDate": None})  # byte-stable
+    # what the figure shows, machine-readable (the paper dry run checks one panel per backbone from this)
+    sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    panels = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    (fdir / f"{stem}.panels.json").write_text(json.dumps({"title": sup, "panels": panels}, indent=1) + "\n")
     _register(profile, {"artefact": artefact, "path": _rel(png), "notebook": notebook, "source": source,
                         "profile": profile, "models": ";".join(models), "n": n, "caption": caption})
     return png
@@ -176,50 +180,68 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
 
 
 def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hue: str, col: str | None = None,
-                  title: str = "", ylabel: str | None = None, refs: dict | None = None, log: bool = False,
-                  missing_label: str = "no parsed answer"):
+                  row: str | None = None, title: str = "", ylabel: str | None = None, refs: dict | None = None,
+                  log: bool = False, missing_label: str = "no parsed answer", col_order: list | None = None):
     """Bars of a summary table with ITS intervals (the participant-cluster bootstrap the tables report), one
-    panel per `col`. A cell without a value is drawn as an explicit mark, never a silently missing bar.
-    `refs` = {panel value: y} draws a dashed reference line per panel (e.g. the mean predictor)."""
+    panel per `col` value (e.g. one per backbone, in `col_order` when given) and one panel row per `row` value.
+    A cell without a value is drawn as an explicit mark, never a silently missing bar; a panel whose slice has
+    no cell at all says so. `refs` = {row or col value: y} draws a dashed reference line in the panels of that
+    value (e.g. the mean predictor of a dataset)."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    panels = list(dict.fromkeys(summary[col])) if col else [None]
+    cols = (list(col_order) if col_order is not None else list(dict.fromkeys(summary[col]))) if col else [None]
+    rows_ = list(dict.fromkeys(summary[row])) if row else [None]
     xs = list(dict.fromkeys(summary[x]))
     hues = list(dict.fromkeys(summary[hue]))
     width = 0.8 / max(len(hues), 1)
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 3.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(len(rows_), len(cols), figsize=(3.2 * len(cols) + 1, 3.2 * len(rows_)),
+                             squeeze=False, sharey=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, panel in zip(axes[0], panels, strict=True):
-        sub = summary if panel is None else summary[summary[col] == panel]
-        for j, h in enumerate(hues):
-            for i, xv in enumerate(xs):
-                cell = sub[(sub[x] == xv) & (sub[hue] == h)]
-                if cell.empty:
-                    continue
-                pos = i - 0.4 + width * (j + 0.5)
-                val = float(cell[y].iloc[0])
-                if np.isnan(val):
-                    ax.plot(pos, 0, marker="x", color=colors[j % len(colors)], ms=8, mew=2)
-                    ax.annotate(missing_label, (pos, 0), rotation=90, fontsize=6, ha="center", va="bottom",
-                                xytext=(0, 6), textcoords="offset points")
-                    continue
-                err = None
-                l_, h_ = float(cell[lo].iloc[0]), float(cell[hi].iloc[0])
-                if not (np.isnan(l_) or np.isnan(h_)):
-                    err = [[max(val - l_, 0)], [max(h_ - val, 0)]]
-                ax.bar(pos, val, width, yerr=err, capsize=2, color=colors[j % len(colors)],
-                       label=str(h) if i == 0 or h not in ax.get_legend_handles_labels()[1] else None)
-        if refs and panel in refs and refs[panel] is not None and not np.isnan(refs[panel]):
-            ax.axhline(refs[panel], color="k", ls="--", lw=1, label="mean predictor")
-        ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, fontsize=7)
-        ax.set_title(str(panel) if panel is not None else "", fontsize=8)
-        if log:
-            ax.set_yscale("log")
-    axes[0][0].set_ylabel(ylabel or y)
-    handles, labels = axes[0][-1].get_legend_handles_labels()
-    uniq = dict(zip(labels, handles, strict=True))
-    axes[0][-1].legend(uniq.values(), uniq.keys(), fontsize=6)
+    for ri, rv in enumerate(rows_):
+        for ci, cv in enumerate(cols):
+            ax = axes[ri][ci]
+            sub = summary
+            if row:
+                sub = sub[sub[row] == rv]
+            if col:
+                sub = sub[sub[col] == cv]
+            if sub.empty:
+                ax.text(0.5, 0.5, "no cell run", ha="center", va="center", transform=ax.transAxes, fontsize=7)
+            for j, h in enumerate(hues):
+                for i, xv in enumerate(xs):
+                    cell = sub[(sub[x] == xv) & (sub[hue] == h)]
+                    if cell.empty:
+                        continue
+                    pos = i - 0.4 + width * (j + 0.5)
+                    val = float(cell[y].iloc[0])
+                    if np.isnan(val):
+                        ax.plot(pos, 0, marker="x", color=colors[j % len(colors)], ms=8, mew=2)
+                        ax.annotate(missing_label, (pos, 0), rotation=90, fontsize=6, ha="center", va="bottom",
+                                    xytext=(0, 6), textcoords="offset points")
+                        continue
+                    err = None
+                    l_, h_ = float(cell[lo].iloc[0]), float(cell[hi].iloc[0])
+                    if not (np.isnan(l_) or np.isnan(h_)):
+                        err = [[max(val - l_, 0)], [max(h_ - val, 0)]]
+                    ax.bar(pos, val, width, yerr=err, capsize=2, color=colors[j % len(colors)],
+                           label=str(h) if h not in ax.get_legend_handles_labels()[1] else None)
+            for key in (rv, cv):
+                if refs and key is not None and refs.get(key) is not None and not np.isnan(refs[key]):
+                    ax.axhline(refs[key], color="k", ls="--", lw=1, label="mean predictor")
+            ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, fontsize=7)
+            ax.set_title(" | ".join(str(v) for v in (rv, cv) if v is not None), fontsize=8)
+            if log and not sub.empty:
+                ax.set_yscale("log")
+        axes[ri][0].set_ylabel((f"{rv}\n" if rv is not None else "") + (ylabel or y), fontsize=8)
+    labels, handles = [], []
+    for ax in axes.flat:
+        for h_, l_ in zip(*ax.get_legend_handles_labels(), strict=True):
+            if l_ not in labels:
+                labels.append(l_)
+                handles.append(h_)
+    if labels:
+        axes[0][-1].legend(handles, labels, fontsize=6)
     fig.suptitle(title + "\n(error bars: 95% participant-bootstrap intervals of the tables; "
                  "x = cell without a parsed answer)", fontsize=8)
     fig.tight_layout()

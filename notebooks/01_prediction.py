@@ -48,7 +48,7 @@ print(f"{len(recs)} predictions; models: {models_caption}; data: {src}")
 # %%
 t3 = ex.table3_paper_vs_ours(summary, mean_pred, cot=False)
 report.save_table(t3, "table3_zero_shot", artefact="Table 3", notebook=NB, source=src, profile=cfg.profile,
-                  models=cfg.backbones, n=len(recs), caption=f"zero-shot MAE; ours: {models_caption}")
+                  models=ex.models_run(recs), n=len(recs), caption=f"zero-shot MAE; ours: {models_caption}")
 t3.round(3)
 
 # %% [markdown]
@@ -56,7 +56,7 @@ t3.round(3)
 
 # %%
 report.save_table(summary, "prediction_zero_shot_cells", artefact="Table 3 (cells)", notebook=NB, source=src,
-                  profile=cfg.profile, models=cfg.backbones, n=len(recs), caption="per-cell MAE with 95% CI")
+                  profile=cfg.profile, models=ex.models_run(recs), n=len(recs), caption="per-cell MAE with 95% CI")
 summary.round(3)
 
 # %%
@@ -64,7 +64,7 @@ fig = report.interval_bars(summary, x="system", y="mae", lo="mae_ci_low", hi="ma
                           refs=dict(zip(mean_pred.dataset, mean_pred.mae_raw_mean)), ylabel="MAE",
                           title=f"Zero-shot MAE, {models_caption}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
 report.save_figure(fig, "table3_zero_shot_mae", artefact="Table 3 (figure)", notebook=NB, source=src,
-                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 
 # %% [markdown]
 # ## Supervised baselines on the same target days

@@ -47,7 +47,7 @@ mean_pred = ex.mean_predictor_rows(cfg)
 # %%
 t3c = ex.table3_paper_vs_ours(summary, mean_pred, cot=True)
 report.save_table(t3c, "table3_cot", artefact="Table 3 (+CoT)", notebook=NB, source=src, profile=cfg.profile,
-                  models=cfg.backbones, n=len(recs), caption=f"CoT MAE; ours: {models_caption}")
+                  models=ex.models_run(recs), n=len(recs), caption=f"CoT MAE; ours: {models_caption}")
 t3c.round(3)
 
 # %% [markdown]
@@ -65,7 +65,7 @@ for ds in ["diversityone", "pmdata", "globem"]:
     prel.append(((p[f"{ds}_cot_mae"] - p[f"{ds}_mae"]) / p[f"{ds}_mae"]).min())
 wide["paper_largest_reduction"] = -min(prel)
 report.save_table(wide, "cot_relative_change", artefact="Table 3 (CoT change)", notebook=NB, source=src,
-                  profile=cfg.profile, models=cfg.backbones, n=len(recs),
+                  profile=cfg.profile, models=ex.models_run(recs), n=len(recs),
                   caption="relative MAE change from CoT per cell; paper's largest reduction beside")
 print(f"paper's largest CoT reduction recomputed from Table 3: {-min(prel):.1%} (text says 41.4%)")
 wide.round(3)
@@ -74,7 +74,7 @@ wide.round(3)
 fig = report.facet(wide, kind="bar", x="system", y="relative_change", hue="dataset",
                    title=f"CoT relative MAE change, {models_caption} (data: {src})")
 report.save_figure(fig, "cot_relative_change", artefact="Table 3 (CoT change figure)", notebook=NB, source=src,
-                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 
 # %% [markdown]
 # Negative values are improvements. Small CPU models often ignore the request to reason or run out of tokens

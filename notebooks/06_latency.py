@@ -44,30 +44,35 @@ recs, summary, src, cap = res.records, res.summary, res.source, res.caption
 recs = recs.assign(latency_s=recs.latency_s.round(1))  # 0.1 s: a re-run from the cache draws the same figures
 lat = summary[["dataset", "system", "model", "cot", "n", "mean_latency_s", "mean_prompt_tokens", "mean_completion_tokens"]]
 report.save_table(lat, "latency", artefact="Figures 6, 8-10 (table)", notebook=NB, source=src, profile=cfg.profile,
-                  models=cfg.backbones, n=len(recs), caption=f"mean per-sample latency; {cap}")
+                  models=ex.models_run(recs), n=len(recs), caption=f"mean per-sample latency; {cap}")
 lat.round(2)
 
 # %% [markdown]
 # ## Figure 6: latency per system, zero-shot vs CoT
 
 # %%
+models_run = ex.models_run(recs)  # one panel per backbone that produced records, named as recorded
 fig = report.interval_bars(summary.assign(mode=summary.cot.map({False: "zero-shot", True: "CoT"})), x="system",
-                          y="mean_latency_s", lo="latency_ci_low", hi="latency_ci_high", hue="mode", col="dataset",
-                          log=True, ylabel="mean latency per sample (s)", missing_label="no record",
-                          title=f"Per-sample latency, {cap}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
+                          y="mean_latency_s", lo="latency_ci_low", hi="latency_ci_high", hue="mode", col="model",
+                          row="dataset", col_order=models_run, log=True, ylabel="mean latency per sample (s)",
+                          missing_label="no record",
+                          title=f"Per-sample latency per backbone: {cap}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
 report.save_figure(fig, "fig6_latency_per_system", artefact="Figure 6", notebook=NB, source=src,
-                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=models_run, n=len(recs))
 
 # %% [markdown]
 # ## Figures 8-10: one panel per backbone
 
 # %%
-for i, m in enumerate(cfg.backbones):
-    sub = recs[recs.model == m].assign(mode=lambda d: d.cot.map({False: "zero-shot", True: "CoT"}))
-    g = sns.catplot(data=sub, x="system", y="latency_s", hue="mode", col="dataset", kind="box", height=3)
-    g.figure.suptitle(f"Latency distribution, {report.model_caption([m])}; data: {src}", y=1.05, fontsize=9)
-    report.save_figure(g.figure, f"fig8_10_latency_{m}", artefact=f"Figures 8-10 ({m})", notebook=NB, source=src,
-                       profile=cfg.profile, models=[m], n=len(sub))
+for d in dict.fromkeys(recs.dataset):  # a figure per dataset, a panel per backbone
+    sub = recs[recs.dataset == d].assign(mode=lambda x: x.cot.map({False: "zero-shot", True: "CoT"}))
+    g = sns.catplot(data=sub, x="system", y="latency_s", hue="mode", col="model", col_order=models_run,
+                    col_wrap=min(len(models_run), 5), kind="box", height=3)
+    g.set_titles("{col_name}")
+    g.figure.suptitle(f"Latency distribution on {d}, one panel per backbone: {cap}; data: {src}",
+                      y=1.05, fontsize=9)
+    report.save_figure(g.figure, f"fig8_10_latency_{d}", artefact=f"Figures 8-10 ({d})", notebook=NB,
+                       source=src, profile=cfg.profile, models=models_run, n=len(sub))
 
 # %% [markdown]
 # RAPTOR and PHIA cost the most: RAPTOR writes one summary per day of its memory (each sample is charged for every

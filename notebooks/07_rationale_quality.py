@@ -35,6 +35,7 @@ raptor_summary_tokens = None
 raptor_memory = None
 judge_model = None
 judge_systems = None
+judge_datasets = None
 judge_max_tokens = None
 judge_justify = None
 
@@ -49,29 +50,60 @@ cfg = ex.from_notebook(globals())
 NB = "07_rationale_quality"
 judged = ex.judge_grid(cfg)
 src = report.source_label(judged["source"])
-cap = report.model_caption(cfg.backbones)
-jcap = report.model_caption([cfg.judge_model])
+judged_models = ex.models_run(judged)  # the backbones whose rationales were judged, as recorded
+judges = list(dict.fromkeys(judged["judge_model"]))
+cap = report.model_caption(judged_models)
+jcap = report.model_caption(judges)
 mode = "with one-sentence justifications" if cfg.judge_justify else "scores only (budget mode, no justifications)"
 print(f"{len(judged)} rationales judged by {jcap}, {mode}; unscored: {(judged.judge_status != 'scored').sum()}")
+# Figure 4 and Table 6: the paper's scope (GLOBEM; Health-LLM, RAG, PHIA) within what was judged
+in_paper = judged.dataset.isin(ex.PAPER_JUDGE_DATASETS) & judged.system.isin(ex.PAPER_JUDGE_SYSTEMS)
+paper_scope, wider = judged[in_paper], judged
+print(f"paper scope (Figure 4, Table 6): {len(paper_scope)} rationales; judged grid: datasets "
+      f"{sorted(set(judged.dataset))}, systems {sorted(set(judged.system))}")
 
 # %% [markdown]
 # ## Figure 4: Tier-1 temporal reasoning and general quality per backbone and system
 
 # %%
-agg = ex.aggregate_judgements(judged, by=["dataset", "model", "system"])
+def tier1_long(agg):
+    t1 = agg.melt(id_vars=["dataset", "model", "system"], value_vars=[c for c in agg.columns if c.endswith("_cond_acc")],
+                  var_name="dimension", value_name="conditional accuracy")
+    return t1.assign(dimension=t1.dimension.str.replace("_cond_acc", ""))
+
+
+agg = ex.aggregate_judgements(paper_scope, by=["dataset", "model", "system"])
 report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src, profile=cfg.profile,
-                  models=cfg.backbones + [cfg.judge_model], n=len(judged),
-                  caption=f"Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
-t1 = agg.melt(id_vars=["dataset", "model", "system"], value_vars=[c for c in agg.columns if c.endswith("_cond_acc")],
-              var_name="dimension", value_name="conditional accuracy")
-fig = report.facet(t1.assign(dimension=t1.dimension.str.replace("_cond_acc", "")), kind="bar", x="dimension",
-                   y="conditional accuracy", hue="system", col="dataset",
-                   title=f"Tier-1 conditional accuracy; agents {cap}; judge {jcap}; data {src}")
+                  models=judged_models + judges, n=len(paper_scope),
+                  caption=f"GLOBEM Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
+fig = report.facet(tier1_long(agg), kind="bar", x="dimension", y="conditional accuracy", hue="system", col="model",
+                   col_order=[m for m in judged_models if m in set(agg.model)] or None,
+                   title=f"Figure 4: GLOBEM Tier-1 conditional accuracy, one panel per backbone: {cap}; judge {jcap}; "
+                         f"data {src}")
 for ax in fig.axes:
     ax.tick_params(axis="x", rotation=45)
 report.save_figure(fig, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=cfg.profile,
-                   models=cfg.backbones + [cfg.judge_model], n=len(judged))
+                   models=judged_models + judges, n=len(paper_scope))
 agg.round(2)
+
+# %% [markdown]
+# ## Beyond the paper: every judged dataset and system (when the grid is wider than GLOBEM x 3 systems)
+
+# %%
+if (~in_paper).any():
+    agg_all = ex.aggregate_judgements(wider, by=["dataset", "model", "system"])
+    report.save_table(agg_all, "judge_aggregate_all", artefact="Figure 4 (wider grid, table)", notebook=NB,
+                      source=src, profile=cfg.profile, models=judged_models + judges, n=len(wider),
+                      caption=f"every judged dataset and system; agents {cap}; judge {jcap}")
+    fig = report.facet(tier1_long(agg_all), kind="bar", x="dimension", y="conditional accuracy", hue="system",
+                       col="model", row="dataset", col_order=judged_models,
+                       title=f"Tier-1 conditional accuracy over the whole judged grid: {cap}; judge {jcap}; data {src}")
+    for ax in fig.axes:
+        ax.tick_params(axis="x", rotation=45)
+    report.save_figure(fig, "fig4_tier1_all", artefact="Figure 4 (wider grid)", notebook=NB, source=src,
+                       profile=cfg.profile, models=judged_models + judges, n=len(wider))
+else:
+    print("the judged grid is the paper's scope: no wider-grid artefact")
 
 # %% [markdown]
 # ## Table 6: GLOBEM Tier-2, paper beside ours
@@ -82,7 +114,7 @@ ours6 = agg[agg.dataset == "globem"][["model", "system"] + tier2].rename(columns
 ours6["system"] = ours6["system"].map(ex.PAPER_SYSTEM_NAMES)
 t6 = pd.concat([report.paper_table("table6_globem_tier2").assign(who="paper"), ours6.assign(who="ours")], ignore_index=True)
 report.save_table(t6, "table6_globem_tier2", artefact="Table 6", notebook=NB, source=src, profile=cfg.profile,
-                  models=cfg.backbones + [cfg.judge_model], n=len(judged), caption=f"GLOBEM Tier-2 means; judge {jcap}")
+                  models=judged_models + judges, n=len(paper_scope), caption=f"GLOBEM Tier-2 means; judge {jcap}")
 t6.round(2)
 
 # %% [markdown]
@@ -114,7 +146,7 @@ ground = ex.ground_grid(cfg, judged)
 gsum = ground.groupby(["dataset", "system"])[["n_claims", "supported", "wrong_day", "value_not_found", "unverifiable"]].sum().reset_index()
 gsum["supported_share"] = gsum["supported"] / gsum["n_claims"].where(gsum["n_claims"] > 0)
 report.save_table(gsum, "grounding_all_rationales", artefact="Grounding audit (all rationales)", notebook=NB,
-                  source=src, profile=cfg.profile, models=cfg.backbones, n=len(ground),
+                  source=src, profile=cfg.profile, models=judged_models, n=len(ground),
                   caption=f"numeric claims per rationale checked against the window; agents {cap}")
 gsum.round(2)
 

@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 from balms import report  # noqa: E402
 
@@ -29,3 +30,38 @@ def test_interval_bars_use_the_summary_intervals_and_mark_missing_cells():
     assert len(marks) == 1  # the rag cell has no parsed answer
     assert any(t.get_text() == "no parsed answer" for t in ax.texts)
     assert any(line.get_linestyle() == "--" and line.get_ydata()[0] == 0.45 for line in ax.lines)
+
+
+def test_interval_bars_one_panel_per_backbone_and_a_row_per_dataset():
+    s = pd.DataFrame({"dataset": ["pmdata", "pmdata", "globem"], "system": ["healthllm"] * 3,
+                      "model": ["Qwen2.5-7B-Instruct", "Claude-Haiku-4.5", "Qwen2.5-7B-Instruct"],
+                      "mode": ["zero-shot"] * 3, "lat": [1.0, 2.0, 3.0], "lo": [0.5, 1.5, 2.5], "hi": [1.5, 2.5, 3.5]})
+    order = ["Qwen2.5-7B-Instruct", "Mistral-7B-Instruct-v0.3", "Claude-Haiku-4.5"]
+    fig = report.interval_bars(s, x="system", y="lat", lo="lo", hi="hi", hue="mode", col="model", row="dataset",
+                               col_order=order)
+    assert len(fig.axes) == 6  # 2 datasets x 3 backbones, the backbone without a cell included
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[:3] == [f"pmdata | {m}" for m in order] and titles[3] == "globem | Qwen2.5-7B-Instruct"
+    heights = [[round(p.get_height(), 3) for p in ax.patches] for ax in fig.axes]
+    assert heights == [[1.0], [], [2.0], [3.0], [], []]
+    assert any(t.get_text() == "no cell run" for t in fig.axes[1].texts)
+
+
+def test_table3_puts_ours_beside_the_papers_column_of_the_same_backbone():
+    from balms import experiments as ex
+
+    summ = pd.DataFrame({"dataset": ["pmdata"] * 3, "system": ["healthllm"] * 3, "cot": [False] * 3,
+                         "model": ["Claude-Haiku-4.5", "Qwen2.5-7B-Instruct", "smollm2-135m"],
+                         "mae": [0.7, 0.9, 1.5], "mae_ci_low": [0.5, 0.8, 1.0], "mae_ci_high": [0.9, 1.0, 2.0],
+                         "parse_failure_rate": [0.0, 0.0, 0.5], "n": [4] * 3, "source": ["real"] * 3})
+    mp = pd.DataFrame({"dataset": ["pmdata"], "mae_raw_mean": [0.5]})
+    t3 = ex.table3_paper_vs_ours(summ, mp, cot=False)
+    cols = list(t3.columns)
+    i = cols.index("paper Qwen2.5-7B-Instruct")
+    assert cols[i + 1:i + 5] == ["ours Qwen2.5-7B-Instruct", "ours Qwen2.5-7B-Instruct CI",
+                                 "ours Qwen2.5-7B-Instruct parse fail", "diff Qwen2.5-7B-Instruct"]
+    assert cols.index("ours Claude-Haiku-4.5") == cols.index("paper Claude-Haiku-4.5") + 1
+    assert t3.loc[0, "diff Claude-Haiku-4.5"] == pytest.approx(0.7 - 0.64)  # the paper's PMData Health-LLM cell
+    assert "paper Mistral-7B-Instruct-v0.3" in cols and "ours Mistral-7B-Instruct-v0.3" not in cols
+    # a model that is not a paper backbone comes after every paper backbone, without a diff
+    assert cols.index("ours smollm2-135m") > cols.index("paper Claude-Haiku-4.5") and "diff smollm2-135m" not in cols

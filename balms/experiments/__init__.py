@@ -17,14 +17,22 @@ from balms.experiments.grid import (
                                     agent_options,
                                     grid_result,
                                     make_cell,
+                                    models_run,
                                     run_cell,
                                     run_cell_spec,
                                     run_grid,
 )
 from balms.experiments.judging import aggregate_judgements, ground_grid, judge_grid
-from balms.experiments.summaries import CELL_KEYS, PAPER_SYSTEM_NAMES, summarize, table3_paper_vs_ours
+from balms.experiments.summaries import (
+    CELL_KEYS,
+    PAPER_JUDGE_DATASETS,
+    PAPER_JUDGE_SYSTEMS,
+    PAPER_SYSTEM_NAMES,
+    summarize,
+    table3_paper_vs_ours,
+)
 
-__all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_SYSTEM_NAMES",
-           "agent_options", "aggregate_judgements", "cohort", "from_notebook", "grid_result", "ground_grid",
-           "judge_grid", "load", "make_cell", "mean_predictor_rows", "run_cell", "run_cell_spec", "run_grid",
-           "summarize", "table3_paper_vs_ours", "with_lookback"]
+__all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
+           "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES", "agent_options", "aggregate_judgements", "cohort",
+           "from_notebook", "grid_result", "ground_grid", "judge_grid", "load", "make_cell", "mean_predictor_rows",
+           "models_run", "run_cell", "run_cell_spec", "run_grid", "summarize", "table3_paper_vs_ours", "with_lookback"]

@@ -66,6 +66,8 @@ class ExperimentConfig(BaseModel):
     # judge (07)
     judge_model: str = "qwen2.5-coder-0.5b"
     judge_systems: list[str] = ["healthllm"]
+    # datasets whose CoT rationales are judged (those also in `datasets`); the paper judged GLOBEM only
+    judge_datasets: list[str] = list(DATASETS)
     judge_max_tokens: int = 160
     judge_justify: bool = False  # False: scores only (the demo's budget mode, about a fifth of the tokens)
     # execution
@@ -75,7 +77,7 @@ class ExperimentConfig(BaseModel):
     concurrency: int = 1
     raw_root: str | None = None  # default: BALMS_RAW_DIR, else ../shared/data, else data/raw
 
-    @field_validator("datasets", "horizon_datasets")
+    @field_validator("datasets", "horizon_datasets", "judge_datasets")
     @classmethod
     def _known_datasets(cls, v: list[str]) -> list[str]:
         bad = [d for d in v if d not in DATASETS]
@@ -103,6 +105,11 @@ class ExperimentConfig(BaseModel):
     @property
     def horizon_model(self) -> str:
         return self.horizon_backbone or self.backbones[0]
+
+    @property
+    def judged_datasets(self) -> list[str]:
+        """The datasets notebook 07 judges: `judge_datasets` that are also evaluated (`datasets`), in order."""
+        return [d for d in self.datasets if d in self.judge_datasets]
 
     def runs_root(self) -> Path:
         return paths.runs_dir() / self.profile
@@ -223,9 +230,12 @@ def resolve_for_notebook(profile: str, notebook: str | Path, cli: str = "") -> d
     if unknown:
         raise ConfigError(_unknown_message(unknown, "P (command-line parameters)"))
     cfg = load(profile, **overrides)
-    wanted = notebook_parameters(notebook)
+    # the notebook's declared parameters, plus every key given explicitly on the command line: execution settings
+    # no parameters cell declares (servers, anthropic_batch, reasoning budgets) reach the notebook's config
+    # (papermill injects them; `from_notebook` reads every config field it finds) instead of being dropped
+    wanted = notebook_parameters(notebook) + [k for k in overrides if k not in ("profile",)]
     full = cfg.model_dump()
-    return {k: full[k] for k in wanted}
+    return {k: full[k] for k in dict.fromkeys(wanted)}
 
 
 def _cmd(args) -> int:

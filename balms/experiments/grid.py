@@ -169,7 +169,12 @@ def grid_result(cfg: ExperimentConfig, *, by: list[str] | None = None, **grid_kw
 
     recs = run_grid(cfg, **grid_kw)
     summ = summarize(recs, by=by, cfg=cfg)
-    return GridResult(recs, summ, source_label(recs["source"]), model_caption(grid_kw.get("models") or cfg.backbones))
+    return GridResult(recs, summ, source_label(recs["source"]), model_caption(models_run(recs)))
+
+
+def models_run(records: pd.DataFrame) -> list[str]:
+    """The models that actually produced the records, in first-seen order (titles name these, not the config)."""
+    return list(dict.fromkeys(records["model"])) if "model" in records and len(records) else []
 
 
 def run_path_of(cfg: ExperimentConfig, rec: PredictionRecord) -> Path:

@@ -39,9 +39,9 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
     jkey = digest({"judge_model": judge_model, "model_id": judge.model_id, "justify": cfg.judge_justify,
                    "max_tokens": cfg.judge_max_tokens, "code": code_fingerprint(JUDGE_CODE_PATHS)})
     rows = []
-    for d in datasets or cfg.datasets:
+    for d in datasets or cfg.judged_datasets:
         for m in models or cfg.backbones:
-            for s in systems or cfg.systems:
+            for s in systems:
                 recs = run_cell(cfg, d, s, m, cot=True)
                 if not recs:
                     continue

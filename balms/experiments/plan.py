@@ -145,7 +145,7 @@ def enumerate_cells(
     for e in cfg.executors:
         grid("05_phia_failures", cfg.datasets, ["phia"], cfg.backbones, options={"executor": e})
     grid("06_latency", cfg.datasets, cfg.systems, cfg.backbones, cots=(False, True))
-    for d in cfg.datasets:
+    for d in cfg.judged_datasets:
         for m in cfg.backbones:
             for s in cfg.judge_systems:
                 cells.append(PlanCell("07_rationale_quality", d, s, m, True))  # the CoT cell it judges

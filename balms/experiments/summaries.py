@@ -47,31 +47,44 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
 
 
 PAPER_SYSTEM_NAMES = {"healthllm": "Health-LLM", "rag": "RAG", "raptor": "Raptor", "phia": "PHIA"}
+# The paper's judge scope (Figure 4, Table 6): GLOBEM rationales of three systems
+PAPER_JUDGE_DATASETS = ("globem",)
+PAPER_JUDGE_SYSTEMS = ("healthllm", "rag", "phia")
 
 
 def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot: bool) -> pd.DataFrame:
-    """Table 3 layout: one row per (dataset, system); the paper's MAE for each of its backbones, then ours.
+    """Table 3 layout: one row per (dataset, system); a column group per backbone.
 
-    Where our model IS a paper backbone (paper profile), `diff` is ours minus the paper's same cell.
+    Each of the paper's backbones gets `paper <b>`, then, where we ran that backbone (paper profile),
+    `ours <b>`, its CI, parse-failure rate and `diff <b>` (ours minus the paper's same cell) right beside it.
+    Our models that are not paper backbones (the embedded CPU models) follow, then the mean predictors.
     """
     from balms.paper import paper_table
 
     paper = paper_table("table3_zero_shot_mae")
+    paper_backbones = [b for b in dict.fromkeys(paper["backbone"]) if b != "Reference baseline"]
+    sub = summary[summary["cot"] == cot]
+    ours_models = list(dict.fromkeys(sub["model"]))
+    order = paper_backbones + [m for m in ours_models if m not in paper_backbones]
     rows = []
-    for (d, s), g in summary[summary["cot"] == cot].groupby(["dataset", "system"], sort=False):
+    for (d, s), g in sub.groupby(["dataset", "system"], sort=False):
         col = f"{d}_{'cot_' if cot else ''}mae"
         pr = paper[paper["system"] == PAPER_SYSTEM_NAMES.get(s, s)]
+        paper_of = dict(zip(pr["backbone"], pr[col], strict=True))
+        ours_of = {r.model: r for r in g.itertuples()}
         row = {"dataset": d, "system": PAPER_SYSTEM_NAMES.get(s, s)}
-        for b, v in zip(pr["backbone"], pr[col], strict=True):
-            row[f"paper {b}"] = v
+        for b in order:
+            if b in paper_backbones:
+                row[f"paper {b}"] = paper_of.get(b, np.nan)
+            if b in ours_models:
+                r = ours_of.get(b)
+                row[f"ours {b}"] = r.mae if r is not None else np.nan
+                row[f"ours {b} CI"] = f"[{r.mae_ci_low:.2f}, {r.mae_ci_high:.2f}]" if r is not None else ""
+                row[f"ours {b} parse fail"] = r.parse_failure_rate if r is not None else np.nan
+                if b in paper_backbones:
+                    row[f"diff {b}"] = row[f"ours {b}"] - row[f"paper {b}"]
         mp = paper.loc[paper["system"] == "Mean Predictor", f"{d}_mae"]
         row["paper mean predictor"] = float(mp.iloc[0]) if len(mp) else np.nan
-        for r in g.itertuples():
-            row[f"ours {r.model}"] = r.mae
-            row[f"ours {r.model} CI"] = f"[{r.mae_ci_low:.2f}, {r.mae_ci_high:.2f}]"
-            row[f"ours {r.model} parse fail"] = r.parse_failure_rate
-            if f"paper {r.model}" in row:
-                row[f"diff {r.model}"] = r.mae - row[f"paper {r.model}"]
         m = mean_pred[mean_pred["dataset"] == d]
         row["ours mean predictor"] = float(m["mae_raw_mean"].iloc[0]) if len(m) else np.nan
         row["n"] = int(g["n"].max())
