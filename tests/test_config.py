@@ -72,7 +72,8 @@ def test_notebook_receives_only_its_own_parameters():
 def test_explicit_overrides_reach_a_notebook_that_does_not_declare_them():
     nb = PROJECT_ROOT / "notebooks" / "01_prediction.py"
     assert "servers" not in config.notebook_parameters(nb)
-    vals = config.resolve_for_notebook("paper", nb, """-p servers '["http://127.0.0.1:9/v1"]' -p anthropic_batch true""")
+    cli = """-p servers '["http://127.0.0.1:9/v1"]' -p anthropic_batch true"""
+    vals = config.resolve_for_notebook("paper", nb, cli)
     assert vals["servers"] == ["http://127.0.0.1:9/v1"] and vals["anthropic_batch"] is True
     cfg = config.from_notebook(vals)  # what the notebook's first cell builds from papermill's injected values
     assert cfg.servers == ["http://127.0.0.1:9/v1"] and cfg.anthropic_batch and cfg.profile == "paper"

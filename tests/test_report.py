@@ -355,8 +355,8 @@ def test_sample_pages_link_to_the_same_sample_under_every_other_system_and_backb
 
 
 def test_static_assets_ship_and_code_error_statuses_are_sandbox_statuses(outdir):
-    from balms.sandbox import STATUSES
     from balms.report_html import CODE_ERROR_STATUSES, FILTERS, STATIC_FILES, build_report
+    from balms.sandbox import STATUSES
 
     assert set(CODE_ERROR_STATUSES) < set(STATUSES) and "ok" not in CODE_ERROR_STATUSES
     build_report("demo", outdir / "report")
