@@ -57,7 +57,7 @@ install-browser: ## Headless Chromium for the report test (Debian package; needs
 	else echo "chromium not installed (not root): the report-rendering test will be skipped"; fi
 
 lint: ## ruff check (rules in pyproject.toml [tool.ruff])
-	$(PY) -m ruff check balms tests bench
+	$(PY) -m ruff check balms tests bench scripts
 
 test: test-fast test-slow test-notebooks ## The README's test command: unit, real-model and notebook tests
 
