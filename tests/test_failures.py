@@ -131,6 +131,11 @@ def test_f4_literal_read_from_an_earlier_observation_is_data_derived():
     ("print(subday[subday['date'] == '2019-11-01']['steps'].sum())", 0),  # one day: a daily total
     ("print(daily['steps'].mean())", 0),  # the daily frame is fine
     ("per_day = subday.groupby('date').sum()\nprint(per_day['steps'].mean())", 0),
+    # the paper's trace names (the frames PHIA is given now): subday_df is a sub-day frame, daily_df is not
+    ("print(subday_df['steps'].mean())", 1),
+    ("night = subday_df[subday_df.segment == 'night']\nprint(night['steps'].sum())", 1),
+    ("daily_df = subday_df.groupby('date').sum()\nprint(daily_df['steps'].mean())", 0),
+    ("print(daily_df['steps'].mean())", 0),
 ])
 def test_f5_schema_blind_aggregation(src, n):
     assert len(schema_blind_aggregations(src)) == n

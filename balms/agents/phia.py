@@ -7,9 +7,11 @@ Loop (at most `max_iters` model calls, then one forced-finish call):
   "[Observe]" so the model cannot invent its own observations, and anything written after the first
   code block is cut before it enters the conversation.
 
-Data: the user's full record up to `window_end` (the day before the target day) as DataFrames:
-`daily` (one row per day, the selected channels, a `date` column) and, when the dataset has them,
-`subday` (one row per slot). Never any label or self-report column, never a date after window_end.
+Data: the user's full record up to `window_end` (the day before the target day) as DataFrames named as in
+the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and, when the dataset has
+sub-day rows, `subday_df` (one row per segment: `date`, `segment` and the sub-day channels), which the
+model has to aggregate per day itself (what the F5 failure checks). Never any label or self-report column,
+never a date after window_end. Each record's options say the frames' names, spans and columns (`frames`).
 
 Executors (sandbox.py, by helper D): "faithful" reproduces the original (fresh scope per block, only
 printed output, "Code executed (no output)"); "improved" keeps state in one worker per episode, shows
@@ -51,6 +53,9 @@ def extract_code(text: str) -> tuple[str | None, str]:
     return code, kept
 
 
+DAILY_FRAME, SUBDAY_FRAME = "daily_df", "subday_df"  # the paper's trace names
+
+
 def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:
     """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
     s = window.sample
@@ -63,7 +68,7 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
     cols = [c.name for c in window.channels if c.name in daily.columns]
     daily = daily[cols]
     daily.index.name = "date"
-    frames = {"daily": daily.reset_index()}
+    frames = {DAILY_FRAME: daily.reset_index()}
     sd = tables.subday
     if sd is not None and len(sd):
         sd = sd[sd["user"] == s.user].copy()
@@ -71,9 +76,22 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
         sd = sd[sd["date"] <= end]
         sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]
         if len(sd) and sub_cols:
-            frames["subday"] = sd[["date", "slot", "slot_index", *sub_cols]].sort_values(
-                ["date", "slot_index"]).reset_index(drop=True)
+            frames[SUBDAY_FRAME] = (sd.sort_values(["date", "slot_index"])[["date", "slot", *sub_cols]]
+                                    .rename(columns={"slot": "segment"}).reset_index(drop=True))
     return frames
+
+
+def frames_option(frames: dict[str, pd.DataFrame], subday_unit: str = "") -> dict:
+    """Per record: each frame's name, first and last date, rows and columns, so the judge can rebuild the
+    span PHIA analysed (`balms.judges.llm_judge.window_for_record`)."""
+    out = {}
+    for name, df in frames.items():
+        dates = pd.to_datetime(df["date"]) if len(df) else pd.Series([], dtype="datetime64[ns]")
+        out[name] = {"start": dates.min().date().isoformat() if len(df) else None,
+                     "end": dates.max().date().isoformat() if len(df) else None,
+                     "rows": int(len(df)), "columns": [str(c) for c in df.columns],
+                     **({"unit": subday_unit or "sub-day slot"} if name == SUBDAY_FRAME else {})}
+    return out
 
 
 @dataclass
@@ -147,7 +165,7 @@ class PhiaAgent:
         from balms.agents.sandbox import Sandbox
 
         episode = Episode(backend)
-        _, frames, msgs = self._setup(sample, tables)
+        window, frames, msgs = self._setup(sample, tables)
         t = tables.target
         params = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
                            stop=prompts.PHIA_STOP, seed=per_sample_seed(sample, self.seed))
@@ -193,7 +211,8 @@ class PhiaAgent:
             final_text, parsed = comp.text, parse_for(tables, comp.text)
         rationale = _TAGS.sub("", parsed.rationale).strip() if parsed else ""
         return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
-                            backend=backend, episode=episode, options=self.options(),
+                            backend=backend, episode=episode,
+                            options={**self.options(), "frames": frames_option(frames, window.subday_unit)},
                             raw_answer=final_text, parsed=parsed, rationale=rationale, error=error)
 
 
