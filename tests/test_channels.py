@@ -3,6 +3,8 @@ grounding checker rebuild exactly the window each agent was shown."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from agent_fakes import samples_of
@@ -43,6 +45,66 @@ def _agent_window(agent, sample, tables):
     if agent.name == "phia":
         return agent._setup(sample, tables)[0]
     return agent.window(sample, tables)[0]
+
+
+def _prompt_day_labels(text: str) -> set[int]:
+    import re
+
+    return {int(k) for k in re.findall(r"^Day (-?\d+): ", text, re.M)}
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("dataset", ["pmdata", "globem"])
+def test_judge_rebuilds_what_each_agent_was_given(system, dataset, monkeypatch, isolated_cache):
+    """The record's options alone let the judge rebuild the agent's view: same days, channels and values
+    (RAG: only the 3 retrieved days + the query day; RAPTOR: the retrieved records + the query day; PHIA:
+    its frames' full-record span), never a day after window_end."""
+    from agent_fakes import EchoBackend, use_hash_embedder
+
+    use_hash_embedder(monkeypatch)
+    tables, samples = samples_of("synthetic", dataset)
+    s = samples[len(samples) // 2]
+    agent = make_agent(system, cot=False)
+    be = EchoBackend()
+    rec = agent.predict(s, tables, be)
+    seen = agent.seen_window(s, tables) if hasattr(agent, "seen_window") else agent.window(s, tables)[0]
+    rebuilt = window_for_record({dataset: tables}, rec)
+    assert list(rebuilt.daily.index) == list(seen.daily.index)
+    assert [c.name for c in rebuilt.channels] == [c.name for c in seen.channels]
+    assert rebuilt.shown == seen.shown
+    assert render_window(rebuilt) == render_window(seen)
+    assert max(rebuilt.daily.index).date() <= s.window_end
+    prompt = next(st.content for st in rec.transcript if st.kind == "prompt")
+    days = [d.date() for d in rebuilt.daily.index]
+    if system == "rag":  # the 3 retrieved days + the query day, and exactly those appear in the prompt
+        assert len(days) == 4 and days[-1] == s.window_end and rebuilt.shown["kind"] == "days"
+        assert _prompt_day_labels(prompt) == {(d - s.window_start).days + 1 for d in days}
+        assert "only these 4 days" in render_window(rebuilt)
+    elif system == "raptor":  # the query day's values and the 3 retrieved records, verbatim in the prompt
+        assert days == [s.window_end] and len(rebuilt.shown["items"]) == 3
+        assert all(t in prompt for t in rebuilt.shown["items"])
+        assert rec.options["leaf_unit"] == tables.subday_unit
+    elif system == "phia":  # the full record up to the day before the target day
+        assert days[-1] == s.window_end == s.target_date - dt.timedelta(days=1)
+        assert len(days) > s.lookback and days[0].isoformat() == rec.options["frames"]["daily_df"]["start"]
+        assert "full record as DataFrames" in render_window(rebuilt)
+    else:
+        assert len(days) == s.lookback and not rebuilt.shown
+
+
+def test_old_behaviour_options_rebuild_the_whole_window(monkeypatch, isolated_cache):
+    """`context_window=True` (the earlier prompt) shows the whole look-back window: RAG's view is the plain
+    window again, RAPTOR's adds its retrieved records to the whole window."""
+    from agent_fakes import EchoBackend, use_hash_embedder
+
+    use_hash_embedder(monkeypatch)
+    tables, samples = samples_of("synthetic", "pmdata")
+    s = samples[len(samples) // 2]
+    for system in ("rag", "raptor"):
+        rec = make_agent(system, context_window=True).predict(s, tables, EchoBackend())
+        rebuilt = window_for_record({"pmdata": tables}, rec)
+        assert len(rebuilt.daily.index) == s.lookback, system
+        assert bool(rebuilt.shown) == (system == "raptor")
 
 
 @pytest.mark.parametrize("system", SYSTEMS)

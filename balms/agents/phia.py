@@ -28,7 +28,7 @@ import pandas as pd
 
 from balms.agents import prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
-from balms.data.channels import channels_option, get_window, prompt_channels, select_subday_channels
+from balms.data.channels import agent_view, channels_option, get_window, prompt_channels, select_subday_channels
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
@@ -156,6 +156,11 @@ class PhiaAgent:
         user = prompts.phia_user_prompt(window, frames, executor=self.executor, context=self.context,
                                         schema=schema, cot=self.cot)
         return window, frames, [Message("system", system), Message("user", user)]
+
+    def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
+        """The window as this agent was given it: its daily frame's span (the full record to window_end)."""
+        window, frames, _ = self._setup(sample, tables)
+        return agent_view(tables, window, {**self.options(), "frames": frames_option(frames, window.subday_unit)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         """The messages of the first model call (token benchmarks; no model, no sandbox)."""
