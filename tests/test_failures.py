@@ -176,10 +176,10 @@ def test_real_executor_traces(pmdata_dir, executor):
     tables, samples = samples_of("real", "pmdata")
     s = [x for x in samples if x.user == "p03"][3]
     script = [
-        "[Act]\n```python\nbase = daily['steps'].mean()\n```",  # silent in faithful mode (F1)
+        "[Act]\n```python\nbase = daily_df['steps'].mean()\n```",  # silent in faithful mode (F1)
         "[Act]\n```python\nprint(base)\n```",  # lost state in faithful mode (F2)
-        "[Act]\n```python\nprint(daily['steps'].iloc[-1] > 7000)\n```",  # magic threshold (F4)
-        "[Act]\n```python\nprint(subday['steps'].mean())\n```",  # sub-day mean (F5)
+        "[Act]\n```python\nprint(daily_df['steps'].iloc[-1] > 7000)\n```",  # magic threshold (F4)
+        "[Act]\n```python\nprint(subday_df['steps'].mean())\n```",  # sub-day mean (F5)
     ]
     be = ScriptedBackend(script, default="Answer: 3")
     r = make_agent("phia", executor=executor, max_iters=4).predict(s, tables, be)
