@@ -123,3 +123,29 @@ def test_judge_rebuilds_the_window_each_agent_saw(system, dataset, kwargs):
     assert [c.name for c in rebuilt.channels] == [c.name for c in seen.channels]
     assert render_window(rebuilt) == render_window(seen)
     assert render_context(rebuilt) == render_context(seen)
+
+
+def test_grounding_checks_a_days_view_on_the_agents_day_numbering():
+    """On RAG's view, "day 14" is the query day (the agent's "Day 14" label) and a value of a day the prompt
+    did not hold is not supported; the record's look-back as n_days is accepted for both views."""
+    from balms.data.channels import days_view, get_window, record_window
+    from balms.data.render import format_value
+    from balms.judges.grounding import check_rationale
+
+    tables, samples = samples_of("synthetic", "pmdata")
+    s = samples[len(samples) // 2]
+    win = get_window(tables, s, context=False, channels=[tables.channel("steps")])
+    dates = list(win.daily.index)
+    view = days_view(tables, win, [dates[2], dates[5], dates[9]], query_date=dates[-1])
+    q, hidden = win.daily["steps"].iloc[-1], win.daily["steps"].iloc[7]
+    assert q == q and hidden == hidden and round(q) != round(hidden)
+    ok = check_rationale(f"Steps were {format_value(q, 0)} on day 14.", view, n_days=s.lookback)
+    assert ok.supported == 1, ok.claims
+    unseen = check_rationale(f"Steps were {format_value(hidden, 0)} on day 8.", view, n_days=s.lookback)
+    assert unseen.supported == 0 and unseen.n_claims == 1, unseen.claims
+    assert check_rationale(f"Steps were {format_value(hidden, 0)} on day 8.", win).supported == 1  # plain window
+    full = record_window(tables, win, dates[0] - dt.timedelta(days=20))
+    rep = check_rationale(f"Steps were {format_value(q, 0)} yesterday.", full, n_days=s.lookback)
+    assert rep.supported == 1, rep.claims
+    with pytest.raises(ValueError, match="after the window end"):
+        days_view(tables, win, [s.target_date], query_date=dates[-1])
