@@ -55,12 +55,16 @@ def view_head(window: Window) -> str | None:
         q = shown["query_date"]
         days = ", ".join(f"day {day_number(window, d)} = {d}" + (" (query day)" if d == q else "")
                          for d in shown["dates"])
-        head = (f"The agent's prompt held only these {len(shown['dates'])} days of the user's record "
+        n = len(shown["dates"])
+        head = (f"The agent's prompt held only {'these' if n != 1 else 'this'} {n} day{'s' if n != 1 else ''} "
+                "of the user's record "
                 f"(day numbering: day 1 = {window.sample.window_start.isoformat()}), oldest first: {days}. "
                 "Each array below lists the values of these days in this order. NaN = missing.")
+        if n == 1:
+            head = head.replace("oldest first: ", "").replace("of these days in this order", "of that day")
         if "items" in shown:
             items = [f"- {t}" for t in shown["items"]] or ["- (none)"]
-            head = "\n".join([head.replace("only these", "the daily values of only these"),
+            head = "\n".join([head.replace("held only", "held the daily values of only"),
                               "It also held these retrieved records, verbatim:", *items])
         return head
     if kind == "frames":
