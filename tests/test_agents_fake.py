@@ -284,8 +284,8 @@ def test_phia_episode_transcript(pm, executor):
     tables, samples = pm
     s = [x for x in samples if x.user == "p03"][3]
     script = [
-        "[Thought] recent sleep\n[Act]\n```python\nm = daily_df['sleep_minutes'].tail(7).mean()\nprint(round(m, 1))\n```\n"
-        "[Observe] 400",
+        "[Thought] recent sleep\n[Act]\n```python\nm = daily_df['sleep_minutes'].tail(7).mean()\n"
+        "print(round(m, 1))\n```\n[Observe] 400",
         "[Act]\n```python\nm\n```",
         "[Finish] Sleep was average.\nAnswer: 2",
     ]
