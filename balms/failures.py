@@ -10,7 +10,8 @@ F4 magic-number thresholds: comparisons (`>`, `<`, `>=`, `<=`, `==`, `!=`) again
    already printed in an observation (read off the data), comparisons of time/size fields (hour, day,
    len(...), shape...), and names computed in the block (thr = daily.steps.median()).
 F5 schema-blind aggregation: `.sum()` / `.mean()` (or np.sum/np.mean/sum) over a sub-day frame
-   (`subday` and names assigned from it) with no groupby/resample/pivot and no filter to one date.
+   (`subday_df`, `subday` in older records, and names assigned from them) with no groupby/resample/pivot
+   and no filter to one date.
 
 Detectors only read PredictionRecord transcripts: Step(kind="code"), Step(kind="observation",
 meta={"status", "error_type"}), Step(kind="forced_finish").
@@ -28,7 +29,7 @@ from balms.records import PredictionRecord, Step
 
 FAILURES = ("F1", "F2", "F3", "F4", "F5")
 NO_OUTPUT = "Code executed (no output)"
-SUBDAY_FRAMES = ("subday",)
+SUBDAY_FRAMES = ("subday_df", "subday")  # the current frame name, and the name in records before it
 _TRIVIAL = {0, 1, -1}
 _TIME_WORDS = {"hour", "hours", "minute", "minutes", "day", "days", "dayofweek", "weekday", "week", "weeks", "month",
                "year", "date", "dates", "time", "slot", "slot_index", "segment", "index", "idx", "len", "count",

@@ -2,8 +2,9 @@
 paper's Figure 2), plus the sandbox round trip per block (persistent worker vs a fresh process).
 
 Both prompt styles are measured. The paper's chunk RAG (memory = the look-back days, prompt = top-3 days
-+ the query day) must not grow with the look-back: `rag_growth_28_vs_7` reports its ratio, which should
-stay within 10% of 1; `rag ... context_window` is the earlier prompt that also holds the whole window.
++ the query day) must not grow with the look-back: `rag_growth_28_vs_7` reports its ratio (RAG and RAPTOR),
+which should stay within 10% of 1; `... context_window` is the earlier prompt that also holds the whole window.
+RAPTOR's default prompt is the same budget (top-3 retrieved leaves or day summaries + the query day).
 
 No generation: Health-LLM and RAG prompts are built exactly as the agents send them; for RAPTOR the
 answering prompt is estimated with retrieval over leaves only (day summaries need a model), and the
@@ -43,6 +44,7 @@ CONFIGS = [
     ("rag paper context_window", "rag", {"context_window": True}),
     ("rag corrected context_window", "rag", {"style": "corrected", "context_window": True}),
     ("raptor paper (leaves-only estimate)", "raptor", {}),
+    ("raptor paper context_window (leaves-only estimate)", "raptor", {"context_window": True}),
     ("phia faithful (first prompt)", "phia", {"executor": "faithful"}),
     ("phia improved (first prompt)", "phia", {"executor": "improved"}),
 ]
@@ -151,7 +153,7 @@ def main() -> None:
     tok.llm.close()  # free the vocab now, not in an interpreter-shutdown finaliser
 
     rag_growth = {k: round(results[k][LOOKBACKS[-1]]["mean"] / results[k][LOOKBACKS[0]]["mean"], 3)
-                  for k in results if k.startswith("rag")}
+                  for k in results if k.startswith(("rag", "raptor"))}
     report = {
         "dataset": args.dataset, "source": tables.source, "tokenizer": args.tokenizer,
         "tokenizer_file": tok.path.name, "raptor_memory": "lookback (agent default)",

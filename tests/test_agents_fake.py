@@ -284,8 +284,8 @@ def test_phia_episode_transcript(pm, executor):
     tables, samples = pm
     s = [x for x in samples if x.user == "p03"][3]
     script = [
-        "[Thought] recent sleep\n[Act]\n```python\nm = daily['sleep_minutes'].tail(7).mean()\nprint(round(m, 1))\n```\n"
-        "[Observe] 400",
+        "[Thought] recent sleep\n[Act]\n```python\nm = daily_df['sleep_minutes'].tail(7).mean()\n"
+        "print(round(m, 1))\n```\n[Observe] 400",
         "[Act]\n```python\nm\n```",
         "[Finish] Sleep was average.\nAnswer: 2",
     ]
@@ -307,12 +307,35 @@ def test_phia_episode_transcript(pm, executor):
     # the hallucinated "[Observe] 400" was cut before it entered the conversation
     assert "[Observe] 400" not in be.calls[1][0][2].content
     assert be.calls[0][1].stop and "\n[Observe]" in be.calls[0][1].stop
+    # the frames, named as in the paper's trace, span the full record up to the day before the target day
+    fr = rec.options["frames"]
+    assert s.window_end == s.target_date - dt.timedelta(days=1)
+    assert fr["daily_df"]["end"] == s.window_end.isoformat() and fr["daily_df"]["columns"][0] == "date"
+    assert fr["daily_df"]["start"] < s.window_start.isoformat()  # more than the look-back window
+    assert "`daily_df`: one row per day" in be.calls[0][0][1].content
+
+
+def test_phia_subday_frame_as_in_the_paper_trace(pm):
+    """`subday_df` (date, segment, channels) is in the sandbox; aggregating it per day is the model's job."""
+    tables, samples = pm
+    s = [x for x in samples if x.user == "p03"][3]
+    code = ("[Act]\n```python\nd = subday_df.groupby('date')['steps'].sum()\n"
+            "print(list(subday_df.columns[:2]), str(subday_df['date'].max().date()), len(d))\n```")
+    be = ScriptedBackend([code, "Answer: 3"])
+    rec = make_agent("phia", max_iters=2).predict(s, tables, be)
+    fr = rec.options["frames"]["subday_df"]
+    assert fr["columns"][:2] == ["date", "segment"] and "slot_index" not in fr["columns"]
+    obs = [st for st in rec.transcript if st.kind == "observation"][0]
+    cols, last, n_days = obs.content.strip().rsplit(" ", 2)
+    assert cols == "['date', 'segment']" and last == fr["end"] <= s.window_end.isoformat(), obs.content
+    assert int(n_days) > 1  # several days of sub-day rows, aggregated by the model's own groupby
+    assert "`subday_df`: one row per" in be.calls[0][0][1].content
 
 
 def test_phia_forced_finish_when_budget_runs_out(pm):
     tables, samples = pm
     s = samples[5]
-    be = ScriptedBackend(["[Act]\n```python\nprint(len(daily))\n```"] * 2 + ["Answer: 4"])
+    be = ScriptedBackend(["[Act]\n```python\nprint(len(daily_df))\n```"] * 2 + ["Answer: 4"])
     rec = make_agent("phia", max_iters=2).predict(s, tables, be)
     assert rec.transcript[-1].kind == "forced_finish"
     assert rec.prediction == 4 and rec.n_steps == 3

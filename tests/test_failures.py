@@ -131,6 +131,11 @@ def test_f4_literal_read_from_an_earlier_observation_is_data_derived():
     ("print(subday[subday['date'] == '2019-11-01']['steps'].sum())", 0),  # one day: a daily total
     ("print(daily['steps'].mean())", 0),  # the daily frame is fine
     ("per_day = subday.groupby('date').sum()\nprint(per_day['steps'].mean())", 0),
+    # the paper's trace names (the frames PHIA is given now): subday_df is a sub-day frame, daily_df is not
+    ("print(subday_df['steps'].mean())", 1),
+    ("night = subday_df[subday_df.segment == 'night']\nprint(night['steps'].sum())", 1),
+    ("daily_df = subday_df.groupby('date').sum()\nprint(daily_df['steps'].mean())", 0),
+    ("print(daily_df['steps'].mean())", 0),
 ])
 def test_f5_schema_blind_aggregation(src, n):
     assert len(schema_blind_aggregations(src)) == n
@@ -171,10 +176,10 @@ def test_real_executor_traces(pmdata_dir, executor):
     tables, samples = samples_of("real", "pmdata")
     s = [x for x in samples if x.user == "p03"][3]
     script = [
-        "[Act]\n```python\nbase = daily['steps'].mean()\n```",  # silent in faithful mode (F1)
+        "[Act]\n```python\nbase = daily_df['steps'].mean()\n```",  # silent in faithful mode (F1)
         "[Act]\n```python\nprint(base)\n```",  # lost state in faithful mode (F2)
-        "[Act]\n```python\nprint(daily['steps'].iloc[-1] > 7000)\n```",  # magic threshold (F4)
-        "[Act]\n```python\nprint(subday['steps'].mean())\n```",  # sub-day mean (F5)
+        "[Act]\n```python\nprint(daily_df['steps'].iloc[-1] > 7000)\n```",  # magic threshold (F4)
+        "[Act]\n```python\nprint(subday_df['steps'].mean())\n```",  # sub-day mean (F5)
     ]
     be = ScriptedBackend(script, default="Answer: 3")
     r = make_agent("phia", executor=executor, max_iters=4).predict(s, tables, be)

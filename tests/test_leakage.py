@@ -162,7 +162,7 @@ def test_phia_episode_sees_only_frames(pmdata_dir):
     obs = [st for st in rec.transcript if st.kind == "observation"]
     assert obs and obs[0].meta["status"] == "ok", obs
     found = ast.literal_eval(obs[0].content.strip())
-    assert {f[0] for f in found} >= {"daily", "subday"}
+    assert {f[0] for f in found} >= {"daily_df", "subday_df"}
     for name, n_rows, max_date, n_sentinel, n_label in found:
         assert n_rows > 0 and max_date <= s2.window_end.isoformat(), (name, max_date)
         assert n_sentinel == 0 and n_label == 0, name

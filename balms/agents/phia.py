@@ -7,9 +7,11 @@ Loop (at most `max_iters` model calls, then one forced-finish call):
   "[Observe]" so the model cannot invent its own observations, and anything written after the first
   code block is cut before it enters the conversation.
 
-Data: the user's full record up to `window_end` (the day before the target day) as DataFrames:
-`daily` (one row per day, the selected channels, a `date` column) and, when the dataset has them,
-`subday` (one row per slot). Never any label or self-report column, never a date after window_end.
+Data: the user's full record up to `window_end` (the day before the target day) as DataFrames named as in
+the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and, when the dataset has
+sub-day rows, `subday_df` (one row per segment: `date`, `segment` and the sub-day channels), which the
+model has to aggregate per day itself (what the F5 failure checks). Never any label or self-report column,
+never a date after window_end. Each record's options say the frames' names, spans and columns (`frames`).
 
 Executors (balms.sandbox): "faithful" reproduces the original (fresh scope per block, only
 printed output, "Code executed (no output)"); "improved" keeps state in one worker per episode, shows
@@ -30,7 +32,7 @@ import pandas as pd
 
 from balms.agents import prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
-from balms.data.channels import channels_option, get_window, prompt_channels, select_subday_channels
+from balms.data.channels import agent_view, channels_option, get_window, prompt_channels, select_subday_channels
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
@@ -55,6 +57,9 @@ def extract_code(text: str) -> tuple[str | None, str]:
     return code, kept
 
 
+DAILY_FRAME, SUBDAY_FRAME = "daily_df", "subday_df"  # the paper's trace names
+
+
 def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:
     """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
     s = window.sample
@@ -67,7 +72,7 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
     cols = [c.name for c in window.channels if c.name in daily.columns]
     daily = daily[cols]
     daily.index.name = "date"
-    frames = {"daily": daily.reset_index()}
+    frames = {DAILY_FRAME: daily.reset_index()}
     sd = tables.subday
     if sd is not None and len(sd):
         sd = sd[sd["user"] == s.user].copy()
@@ -75,9 +80,22 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
         sd = sd[sd["date"] <= end]
         sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]
         if len(sd) and sub_cols:
-            frames["subday"] = sd[["date", "slot", "slot_index", *sub_cols]].sort_values(
-                ["date", "slot_index"]).reset_index(drop=True)
+            frames[SUBDAY_FRAME] = (sd.sort_values(["date", "slot_index"])[["date", "slot", *sub_cols]]
+                                    .rename(columns={"slot": "segment"}).reset_index(drop=True))
     return frames
+
+
+def frames_option(frames: dict[str, pd.DataFrame], subday_unit: str = "") -> dict:
+    """Per record: each frame's name, first and last date, rows and columns, so the judge can rebuild the
+    span PHIA analysed (`balms.judges.llm_judge.window_for_record`)."""
+    out = {}
+    for name, df in frames.items():
+        dates = pd.to_datetime(df["date"]) if len(df) else pd.Series([], dtype="datetime64[ns]")
+        out[name] = {"start": dates.min().date().isoformat() if len(df) else None,
+                     "end": dates.max().date().isoformat() if len(df) else None,
+                     "rows": int(len(df)), "columns": [str(c) for c in df.columns],
+                     **({"unit": subday_unit or "sub-day slot"} if name == SUBDAY_FRAME else {})}
+    return out
 
 
 @dataclass
@@ -144,6 +162,11 @@ class PhiaAgent:
                                         schema=schema, cot=self.cot)
         return window, frames, [Message("system", system), Message("user", user)]
 
+    def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
+        """The window as this agent was given it: its daily frame's span (the full record to window_end)."""
+        window, frames, _ = self._setup(sample, tables)
+        return agent_view(tables, window, {**self.options(), "frames": frames_option(frames, window.subday_unit)})
+
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         """The messages of the first model call (token benchmarks; no model, no sandbox)."""
         return self._setup(sample, tables)[2]
@@ -152,7 +175,7 @@ class PhiaAgent:
         from balms.sandbox import REQUIRED, Sandbox, SandboxUnavailable
 
         episode = Episode(backend)
-        _, frames, msgs = self._setup(sample, tables)
+        window, frames, msgs = self._setup(sample, tables)
         t = tables.target
         params = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
                            stop=prompts.PHIA_STOP, seed=per_sample_seed(sample, self.seed))
@@ -160,7 +183,8 @@ class PhiaAgent:
         kwargs = {"mode": self.executor, "allow_degraded": True if self.allow_degraded else None}
         if self.limits is not None:
             kwargs["limits"] = self.limits
-        options, box = self.options(), None
+        options = {**self.options(), "frames": frames_option(frames, window.subday_unit)}
+        box = None
         try:
             with Sandbox(frames, **kwargs) as box:
                 for it in range(int(self.max_iters)):

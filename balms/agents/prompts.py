@@ -187,7 +187,7 @@ def phia_frames_description(frames: dict[str, pd.DataFrame], subday_unit: str,
              "`np`); there are no files to read:"]
     for name, df in frames.items():
         cols = ", ".join(map(str, df.columns))
-        grain = "one row per day" if name == "daily" else f"one row per {subday_unit or 'sub-day slot'}"
+        grain = "one row per day" if name.startswith("daily") else f"one row per {subday_unit or 'sub-day slot'}"
         lines.append(f"- `{name}`: {grain}, {len(df)} rows, columns: {cols}")
     if executor == "faithful":
         # As in the original PHIA setup, the prompt does NOT warn that each block runs in a fresh scope:

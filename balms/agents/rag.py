@@ -10,6 +10,8 @@ Design, as the paper describes it (Section 2.3.3, Appendix A), with the old beha
 - Prompt (`context_window=False`, default) = ONLY the top-k retrieved days plus the query day, so its
   size does not grow with the look-back. `context_window=True` = retrieved days + the whole query
   window (our earlier prompt).
+- Each record's options carry `retrieved_dates` and `query_date`; the judge rebuilds the prompt's view from
+  them (`balms.data.channels.agent_view`): only those days, not the whole look-back window.
 - `style="paper"`: days are embedded and shown in the Appendix D bracket notation (`[Steps]: 4664 steps,
   ...`) inside the paper's template, labelled "Day k" on the window's numbering; `style="corrected"`:
   `render.render_day` lines with their dates inside our prompt.
@@ -26,6 +28,7 @@ from balms.agents.common import Episode
 from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
 from balms.data import render
+from balms.data.channels import agent_view
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend
 from balms.records import PredictionRecord
@@ -121,7 +124,18 @@ class RAGAgent(PromptAgentBase):
         return {**self.base_options(), "top_k": self.top_k, "memory": self.memory,
                 "embedder": self.embedder, "context_window": bool(self.context_window)}
 
-    def _prompt(self, sample: Sample, tables: DatasetTables, episode: Episode | None) -> tuple[str, list | None]:
+    @staticmethod
+    def view_options(got: dict) -> dict:
+        """Per record: the days the prompt held (retrieved + query day), so the judge rebuilds that view."""
+        return {"retrieved_dates": list(got["dates"]), "query_date": got["query_date"]}
+
+    def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
+        """The window as this agent's prompt held it (retrieved days + query day, or more with context_window)."""
+        window, _ = self.window(sample, tables)
+        got = retrieve_days(tables, window, k=self.top_k, scope=self.memory, embedder=self.embedder, style=self.style)
+        return agent_view(tables, window, {**self.options(), **self.view_options(got)})
+
+    def _prompt(self, sample: Sample, tables: DatasetTables, episode: Episode | None) -> tuple[str, list | None, dict]:
         window, chans = self.window(sample, tables)
         got = retrieve_days(tables, window, k=self.top_k, scope=self.memory, embedder=self.embedder,
                             style=self.style)
@@ -129,13 +143,13 @@ class RAGAgent(PromptAgentBase):
             episode.log("retrieval", "\n".join(got["texts"]), query=got["query"], dates=got["dates"],
                         scores=got["scores"], n_candidates=got["n_candidates"])
         return rag_prompt(window, chans, got, style=self.style, cot=self.cot, context=self.context,
-                          context_window=self.context_window), chans
+                          context_window=self.context_window), chans, got
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
-        user, chans = self._prompt(sample, tables, episode)
+        user, chans, got = self._prompt(sample, tables, episode)
         return self.answer(sample, tables, backend, episode, user,
-                           {**self.options(), **self.channel_options(tables, chans)})
+                           {**self.options(), **self.channel_options(tables, chans), **self.view_options(got)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         return prompts.messages(self.system_prompt, self._prompt(sample, tables, None)[0])

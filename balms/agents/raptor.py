@@ -9,18 +9,22 @@
   leaves text) and cached in `cache_dir()/raptor_summaries.sqlite`; the call itself goes through the
   backend (which has its own response cache). Summary decoding uses a fixed seed (not the per-sample
   seed) so the same day gets the same summary for every sample that retrieves it.
-- Retrieval on the collapsed tree: leaves and summaries are embedded together and compete; top-k (3)
-  by cosine similarity to the query day (the window's most recent day, rendered by render_day; that
-  day's own nodes are excluded, as in RAG). Prompt = retrieved nodes + query window + question.
-- Memory scope: "lookback" (default: the tree covers the look-back window, whose daily values the
-  prompt already shows, so RAPTOR adds their sub-day detail and day summaries) or "history" (every
-  day up to window_end, as RAG's default). Why not "history" by default: one summary call per
-  (user, day) of the whole record; a PMData day of 48 half-hour leaves is a ~1,150-token summary prompt
-  (bench/agents.json), i.e. ~17 s per day with the embedded Qwen-1.5B, hours for a full cohort.
-- `style`: "paper" (default) puts the retrieved nodes and the query window into the paper's Appendix D
-  template; "corrected" into our prompt. Leaves and summaries are the same in both styles.
-  `context_window=True` (default, unchanged for now) shows the whole query window after the retrieved
-  nodes; False shows only the query day, as the paper's chunk RAG does.
+- Retrieval on the collapsed tree: leaves and summaries are embedded together and compete; top-k (3, the
+  paper's budget, as RAG) by cosine similarity to the query day (the window's most recent day, rendered by
+  render_day; that day's own nodes are excluded, as in RAG).
+- Prompt (`context_window=False`, default, as the paper's chunk RAG): ONLY the retrieved nodes plus the query
+  day. `context_window=True` (the earlier behaviour) shows the whole query window after the nodes.
+- Memory scope: "lookback" (default, RAG's default scope: the look-back days before the query day) or
+  "history" (every day up to window_end). Why not "history" by default: one summary call per (user, day) of
+  the whole record; a PMData day of 48 half-hour leaves is a ~1,150-token summary prompt (bench/agents.json),
+  i.e. ~17 s per day with the embedded Qwen-1.5B, hours for a full cohort.
+- Leaf granularity is the dataset's sub-day unit (`tables.subday_unit`: GLOBEM time-of-day segments, PMData
+  half-hour slots from minute steps and sleep stages); days without sub-day rows fall back to the daily row.
+  Each record says which: options `leaf_unit` and `daily_leaf_days` (days of the tree whose leaf is the daily
+  row), and what was retrieved: `retrieved` (id, kind, date per node), `retrieved_texts` (verbatim) and
+  `query_date`, from which the judge rebuilds the prompt's view (`balms.data.channels.agent_view`).
+- `style`: "paper" (default) puts the retrieved nodes and the query into the paper's Appendix D template;
+  "corrected" into our prompt. Leaves and summaries are the same in both styles.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
 from balms.agents.rag import MEMORY_SCOPES, user_history
 from balms.data import render
-from balms.data.channels import select_subday_channels
+from balms.data.channels import agent_view, select_subday_channels
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
@@ -204,7 +208,7 @@ class RaptorAgent(PromptAgentBase):
     memory: str = "lookback"
     embedder: str = DEFAULT_EMBEDDER
     summary_max_tokens: int = prompts.SUMMARY_MAX_TOKENS
-    context_window: bool = True  # False: only the query day after the retrieved nodes (as chunk RAG)
+    context_window: bool = False  # True: the whole query window after the retrieved nodes (the earlier prompt)
 
     def __post_init__(self):
         self.name = "raptor"
@@ -236,20 +240,32 @@ class RaptorAgent(PromptAgentBase):
 
     def _prompt(self, sample: Sample, tables: DatasetTables, backend: Backend | None,
                 episode: Episode | None) -> str:
-        """Build the tree, retrieve, and return the prompt. Without a backend (token benchmark),
-        summaries come from the cache when present and are otherwise left out of the tree."""
+        return self._build(sample, tables, backend, episode)[0]
+
+    def seen_window(self, sample: Sample, tables: DatasetTables, backend: Backend | None = None) -> Window:
+        """The window as this agent's prompt held it: the retrieved nodes verbatim plus the query day."""
+        window, _ = self.window(sample, tables)
+        return agent_view(tables, window, {**self.options(), **self._build(sample, tables, backend, None)[1]})
+
+    def _build(self, sample: Sample, tables: DatasetTables, backend: Backend | None,
+               episode: Episode | None) -> tuple[str, dict]:
+        """Build the tree, retrieve, and return the prompt and the per-record view options. Without a
+        backend (token benchmark), summaries come from the cache when present and are otherwise left out
+        of the tree."""
         window, chans = self.window(sample, tables)
         hist = user_history(tables, window, self.memory)
         query_ts = pd.Timestamp(sample.window_end)
         leaves, empty = build_leaves(tables, hist)
         compact = day_tables(tables, hist) if backend is not None else {}
         nodes: list[tuple[str, str, str]] = []  # (key, kind, text)
+        fallback_days = 0
         generated = 0
         for ts, day_leaves in leaves.items():
             if ts == query_ts:
                 continue
             day = ts.date().isoformat()
             base = f"{sample.dataset}/{sample.user}/{day}"
+            fallback_days += int(len(day_leaves) == 1 and day_leaves[0].endswith(NO_SUBDAY_NOTE))
             for j, leaf in enumerate(day_leaves):
                 nodes.append((f"{base}/leaf{j}", "leaf", leaf))
             if backend is not None:
@@ -271,14 +287,19 @@ class RaptorAgent(PromptAgentBase):
                         scores=[round(sc, 4) for _, sc in hits], n_candidates=len(nodes),
                         n_leaves=sum(1 for n in nodes if n[1] == "leaf"),
                         summaries_generated=generated, empty_subday_rows=empty)
-        return self._answer_prompt(window, chans, texts, query_ts)
+        view = {"query_date": query_ts.date().isoformat(),
+                "retrieved": [{"id": nodes[i][0], "kind": nodes[i][1], "date": nodes[i][0].split("/")[-2]}
+                              for i, _ in hits],
+                "retrieved_texts": texts, "leaf_unit": tables.subday_unit or "day (no sub-day data)",
+                "daily_leaf_days": fallback_days}
+        return self._answer_prompt(window, chans, texts, query_ts), view
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
-        user = self._prompt(sample, tables, backend, episode)
+        user, view = self._build(sample, tables, backend, episode)
         chans = self.window(sample, tables)[1]
         return self.answer(sample, tables, backend, episode, user,
-                           {**self.options(), **self.channel_options(tables, chans)})
+                           {**self.options(), **self.channel_options(tables, chans), **view})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         """Estimated first prompt for token counting: the final answering prompt built from leaves only

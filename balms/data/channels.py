@@ -9,7 +9,10 @@ The option round-trips: `channels_option` writes it into `PredictionRecord.optio
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import pandas as pd
 
 from balms.data.samples import window_of
 from balms.data.schema import Channel, DatasetTables, Sample, Window
@@ -148,3 +151,75 @@ def recipe_of(chans: list[Channel] | None, tables: DatasetTables) -> str:
     pool = list(tables.channels) if chans is None else chans
     got = sorted({c.recipe for c in pool if c.recipe})
     return {0: "", 1: got[0] if got else ""}.get(len(got), "both")
+
+
+# ------------------------------------------------------------------------------------------ agents' views --
+# What an agent's prompt held, when it is not the plain look-back window. Agents build their view with these
+# functions and record the inputs in the record's options; the judge rebuilds the view from those options with
+# the same functions (balms.judges.llm_judge.window_for_record), so both sides see one thing.
+
+
+def _user_daily(tables: DatasetTables, sample: Sample):
+    if sample.user not in tables.daily.index.get_level_values("user"):
+        raise ValueError(f"{tables.name}: user {sample.user!r} has no daily rows")
+    ud = tables.daily.xs(sample.user, level="user").copy()
+    ud.index = pd.DatetimeIndex(ud.index).normalize()
+    return ud
+
+
+def days_view(tables: DatasetTables, window: Window, dates, *, query_date, items=None, ids=None) -> Window:
+    """The window restricted to the days a memory agent's prompt held: `dates` (retrieved days, or the days
+    of retrieved records) plus `query_date`, oldest first. `items`: retrieved texts shown verbatim (RAPTOR
+    leaves and day summaries), which the renderers list; `ids` their node ids. Never a day after window_end."""
+    s = window.sample
+    idx = pd.DatetimeIndex(sorted({pd.Timestamp(d).normalize() for d in [*dates, query_date]}))
+    late = [d.date().isoformat() for d in idx if d > pd.Timestamp(s.window_end)]
+    if late:
+        raise ValueError(f"{s.sample_id}: view dates {late} are after the window end {s.window_end}")
+    daily = _user_daily(tables, s).reindex(index=idx, columns=[c.name for c in window.channels]).astype(float)
+    daily.index.name = "date"
+    shown = {"kind": "days", "dates": [d.date().isoformat() for d in idx],
+             "query_date": pd.Timestamp(query_date).date().isoformat()}
+    if items is not None:
+        shown["items"] = list(items)
+        shown["ids"] = list(ids or [])
+    return dataclasses.replace(window, daily=daily, subday=None, shown=shown)
+
+
+def record_window(tables: DatasetTables, window: Window, start, *, frames: dict | None = None) -> Window:
+    """PHIA's view: the user's full record from `start` (the daily frame's first day) to window_end, one
+    row per calendar day (NaN where the record has none), the window's channels. `frames`: the record's
+    frame description (names, spans, columns), which the renderers name in the header."""
+    s = window.sample
+    idx = pd.date_range(pd.Timestamp(start).normalize(), pd.Timestamp(s.window_end), freq="D")
+    if not len(idx):
+        raise ValueError(f"{s.sample_id}: record start {start} is after the window end {s.window_end}")
+    daily = _user_daily(tables, s).reindex(index=idx, columns=[c.name for c in window.channels]).astype(float)
+    daily.index.name = "date"
+    return dataclasses.replace(window, daily=daily, subday=None, shown={"kind": "frames", "frames": frames or {}})
+
+
+def agent_view(tables: DatasetTables, window: Window, options: dict) -> Window:
+    """The view an agent's record options describe, over its look-back `window`: PHIA (`frames`) -> the
+    full-record span of its daily frame; RAPTOR (`retrieved_texts`) -> the retrieved records verbatim plus
+    the query day (the whole window with `context_window`); RAG (`retrieved_dates`) -> the retrieved days
+    plus the query day (plus the window with `context_window`); anything else (Health-LLM, records written
+    before views were recorded) -> the window as is."""
+    frames = options.get("frames")
+    if frames:
+        daily = next((f for n, f in frames.items() if "unit" not in f), None)
+        if daily is None or not daily.get("start"):
+            raise ValueError(f"{window.sample.sample_id}: options.frames has no daily frame span: {frames}")
+        return record_window(tables, window, daily["start"], frames=frames)
+    if "retrieved_texts" not in options and "retrieved_dates" not in options:
+        return window
+    if "query_date" not in options:
+        raise ValueError(f"{window.sample.sample_id}: retrieval options without a query_date")
+    whole = [d.date().isoformat() for d in window.daily.index] if options.get("context_window") else []
+    if "retrieved_texts" in options:
+        return days_view(tables, window, whole, query_date=options["query_date"],
+                         items=options["retrieved_texts"], ids=[r.get("id") for r in options.get("retrieved", [])])
+    dates = sorted({*options["retrieved_dates"], *whole})
+    if dates == whole:  # the prompt showed the whole window (look-back memory, context_window): the plain window
+        return window
+    return days_view(tables, window, dates, query_date=options["query_date"])

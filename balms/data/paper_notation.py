@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from balms.data.render import view_head
 from balms.data.schema import Channel, Window
 
 
@@ -110,6 +111,9 @@ def judge_window_text(window: Window, chans: list[Channel] | None = None) -> str
     """The window as a paper-style agent saw it, for the judge: the same sensor lines, under a header that
     also gives the day numbering (oldest first) the rubric's temporal dimensions are checked against."""
     chans = chans if chans is not None else window.channels
+    view = view_head(window)
+    if view is not None:
+        return "\n".join([view, *sensor_lines(window, chans)])
     s = window.sample
     n = len(window.daily.index)
     head = (f"Sensor signals (look-back window), one value per day, oldest first: day 1 = "

@@ -39,10 +39,55 @@ def render_channel_line(window: Window, ch: Channel) -> str:
     return f"- {channel_caption(ch)}: [{vals}]"
 
 
+def day_number(window: Window, date) -> int:
+    """A date's day number on the window's numbering (day 1 = window_start; <= 0 before the window)."""
+    return (pd.Timestamp(date).normalize() - pd.Timestamp(window.sample.window_start)).days + 1
+
+
+def view_head(window: Window) -> str | None:
+    """The header of a window that is an agent's partial or extended view (`Window.shown`), saying what the
+    agent's prompt held; None for the plain look-back window."""
+    shown = window.shown or {}
+    kind = shown.get("kind")
+    if not kind:
+        return None
+    if kind == "days":
+        q = shown["query_date"]
+        days = ", ".join(f"day {day_number(window, d)} = {d}" + (" (query day)" if d == q else "")
+                         for d in shown["dates"])
+        n = len(shown["dates"])
+        head = (f"The agent's prompt held only {'these' if n != 1 else 'this'} {n} day{'s' if n != 1 else ''} "
+                "of the user's record "
+                f"(day numbering: day 1 = {window.sample.window_start.isoformat()}), oldest first: {days}. "
+                "Each array below lists the values of these days in this order. NaN = missing.")
+        if n == 1:
+            head = head.replace("oldest first: ", "").replace("of these days in this order", "of that day")
+        if "items" in shown:
+            items = [f"- {t}" for t in shown["items"]] or ["- (none)"]
+            head = "\n".join([head.replace("held only", "held the daily values of only"),
+                              "It also held these retrieved records, verbatim:", *items])
+        return head
+    if kind == "frames":
+        idx = window.daily.index
+        first, last = idx[0].date().isoformat(), idx[-1].date().isoformat()
+        head = (f"The agent analysed its full record as DataFrames: {len(idx)} days {first} to {last} "
+                f"(day 1 = {first}, the oldest; day {len(idx)} = {last}, the most recent; the look-back window "
+                f"is the last {window.sample.lookback} days). NaN = missing.")
+        sub = {k: v for k, v in (shown.get("frames") or {}).items() if "unit" in v}
+        for name, f in sub.items():
+            head += (f" It also had `{name}` ({f['rows']} rows, one per {f['unit']}, {f['start']} to {f['end']}; "
+                     "columns " + ", ".join(f["columns"]) + "), not listed here.")
+        return head
+    raise ValueError(f"unknown window view kind {kind!r}")
+
+
 def render_window(window: Window, channels: list[Channel] | None = None) -> str:
     """Per-channel arrays over the window, oldest day first; the canonical window text."""
     chans = channels if channels is not None else window.channels
     s = window.sample
+    view = view_head(window)
+    if view is not None:
+        return "\n".join([view, *(render_channel_line(window, c) for c in chans)])
     head = (
         f"Daily data for the {len(window.daily.index)} days {s.window_start.isoformat()} to "
         f"{s.window_end.isoformat()} (day 1 = {s.window_start.isoformat()}, the oldest; "

@@ -158,3 +158,8 @@ class Window:
     subday: pd.DataFrame | None = None  # rows of the window dates only
     subday_channels: list[Channel] = field(default_factory=list)
     subday_unit: str = ""
+    # What of the window the agent's prompt actually held when it was not the plain look-back window
+    # (balms.data.channels.days_view / record_window): {} = the window as is; {"kind": "days", ...} = only
+    # some days (RAG/RAPTOR: retrieved days or records + the query day); {"kind": "frames", ...} = PHIA's
+    # DataFrames over the full record. The renderers say so in the window's header.
+    shown: dict = field(default_factory=dict)

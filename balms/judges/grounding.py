@@ -106,11 +106,26 @@ def _shown_from_json(v) -> str:
     return repr(float(v))  # the number as printed in the case file (402.0 keeps one decimal)
 
 
+def _numbered(window):
+    """A memory agent's days view (`Window.shown["kind"] == "days"`: retrieved days + the query day) on the
+    look-back window's calendar, NaN on the days its prompt did not hold: "day 14" then means the day the
+    agent's "Day 14" label named, and a claim about a day it never saw finds no value. Retrieved days before
+    the window (memory="history") have no number on that calendar and are left out."""
+    import dataclasses
+
+    if (window.shown or {}).get("kind") != "days":
+        return window
+    s = window.sample
+    idx = pd.date_range(pd.Timestamp(s.window_start), pd.Timestamp(s.window_end), freq="D")
+    return dataclasses.replace(window, daily=window.daily.reindex(idx))
+
+
 def _channels_of(window) -> tuple[list[_Chan], list[dt.date] | None]:
     from balms.data.render import channel_values, format_value
     from balms.data.schema import Window
 
     if isinstance(window, Window):
+        window = _numbered(window)
         chans = [
             _Chan(c.label, c.unit, [format_value(v, c.decimals) for v in channel_values(window, c)],
                   {c.label.lower(), c.name.replace("_", " ").lower()})
@@ -490,7 +505,8 @@ def check_rationale(rationale: str, window, *, n_days: int | None = None,
                     dates: Sequence[dt.date] | None = None) -> GroundingReport:
     """Extract and check every numeric claim of `rationale` against `window`.
 
-    `window`: a Window (values as `render_window` shows them) or a case-study dict
+    `window`: a Window (values as `render_window` shows them; an agent's view as `_numbered` says; PHIA's
+    full-record view keeps its own day count, n_days = the look-back is accepted for it) or a case-study dict
     {label: {"unit": str, "values": [...]}}; `n_days` (checked against the window) resolves "last 3
     days"; `dates` (taken from a Window automatically) resolves weekdays and ISO dates.
     """
@@ -499,7 +515,8 @@ def check_rationale(rationale: str, window, *, n_days: int | None = None,
     if len(lengths) > 1:
         raise ValueError(f"window channels have different lengths: {sorted(lengths)}")
     n = lengths.pop() if lengths else (n_days or 0)
-    if n_days is not None and n_days != n:
+    view = getattr(window, "shown", None) or {}
+    if n_days is not None and n_days != n and not (view.get("kind") == "frames" and n_days == window.sample.lookback):
         raise ValueError(f"n_days={n_days} but the window holds {n} days")
     dates = list(dates) if dates is not None else wdates
     table = _alias_table(chans)

@@ -300,10 +300,12 @@ WindowSource = Callable[[Any], Any] | Mapping[str, Any]
 def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     """Rebuild the Window a record's agent saw: same sample (window ends the day before the target day
     unless the record's options say `include_target_day`), and the channel and context resolution the
-    agents use (`balms.data.channels`), so the judge sees exactly the agent's window text."""
+    agents use (`balms.data.channels`), then the view the record's options describe (`agent_view`: RAG's
+    retrieved days + query day, RAPTOR's retrieved records + query day, PHIA's full-record frames), so the
+    judge sees exactly what the agent's prompt held."""
     import datetime as dt
 
-    from balms.data.channels import get_window, option_channels, prompt_channels
+    from balms.data.channels import agent_view, get_window, option_channels, prompt_channels
     from balms.data.samples import sample_from_row
 
     if rec.dataset not in tables_by_dataset:
@@ -319,7 +321,8 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
         chans = [t.channel(n) for n in shown]
     else:  # PHIA and older records: the option as recorded, under the style recorded (none = corrected)
         chans = prompt_channels(t, option_channels(rec.options.get("channels")), rec.options.get("style", "corrected"))
-    return get_window(t, sample, context=rec.options.get("context", True), channels=chans)
+    window = get_window(t, sample, context=rec.options.get("context", True), channels=chans)
+    return agent_view(t, window, rec.options)
 
 
 def _window_for(record, source):
