@@ -61,7 +61,12 @@ class ExperimentConfig(BaseModel):
     judge_model: str = "qwen2.5-coder-0.5b"
     judge_systems: list[str] = ["healthllm"]
     judge_max_tokens: int = 160
-    judge_justify: bool = False  # False: scores only (the demo's budget mode, about a fifth of the tokens)
+    judge_justify: bool = False  # paper mode only. False: scores only (about a fifth of the tokens)
+    # "paper": the paper's judge, one greedy JSON answer for all dimensions. "geval": one question per dimension,
+    # score = expectation over the judge's score-token distribution (balms.judges.geval); tells rationales apart
+    # on a CPU model where greedy JSON gives every rationale the same scores.
+    judge_mode: Literal["paper", "geval"] = "geval"
+    judge_grounding_hint: bool = True  # our extension: show the judge the grounding checker's verified findings
     # execution
     cache_mode: Literal["rw", "replay", "off"] = "rw"
     concurrency: int = 1

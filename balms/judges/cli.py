@@ -42,6 +42,19 @@ def load_case(path: Path) -> dict:
     return case
 
 
+def render_case_window(case: dict) -> str:
+    """A case file's window as the judge reads it, in the layout of `balms.data.render.render_window` (values
+    as printed in the case file, NaN = missing)."""
+    from balms.judges.grounding import _shown_from_json
+
+    n = len(next(iter(case["window"].values()))["values"])
+    lines = [f"Daily data for {n} days (day 1 = the oldest, day {n} = the most recent). NaN = missing."]
+    for label, spec in case["window"].items():
+        unit = f" ({spec['unit']})" if spec.get("unit") else ""
+        lines.append(f"- {label}{unit}: [{', '.join(_shown_from_json(v) for v in spec['values'])}]")
+    return "\n".join(lines)
+
+
 def ground_case(case: dict) -> dict:
     """Per rationale: the grounding summary, the claims, and the paper's hand audit when the file has one."""
     from balms.judges.grounding import check_rationale
