@@ -390,7 +390,8 @@ def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kw
                 "model": rec.model, "cot": rec.cot, "executor": rec.options.get("executor"),
                 "label": rec.label, "prediction": rec.prediction}
         out.append(judge_rationale(backend, window_text=text, gold=rec.label, predicted=rec.prediction,
-                                   rationale=rec.rationale, scale=scale, target=target, meta=meta, **kwargs))
+                                   rationale=rec.rationale, scale=scale, target=target, meta=meta,
+                                   window=win if isinstance(win, Window) else None, **kwargs))
     return out
 
 
