@@ -14,7 +14,7 @@ machine is shared; CPU seconds / threads is what an idle machine would take). Th
 (`--cache-mode off`) so the timing is real.
 
     python bench/bench_judge.py [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] \
-        [--configs paper geval geval+hint] [--set d1|all] [--real 2] [--out bench/results/judge.json]
+        [--configs paper geval geval+hint] [--set d1|all] [--real 2] [--out bench/judge.json]
 """
 
 from __future__ import annotations
