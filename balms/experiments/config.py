@@ -58,7 +58,7 @@ class ExperimentConfig(BaseModel):
     ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
     # judge (07)
-    judge_model: str = "qwen2.5-coder-0.5b"
+    judge_model: str = "qwen2.5-coder-1.5b"  # geval: the 0.5B model's score distributions ignore the rationale
     judge_systems: list[str] = ["healthllm"]
     judge_max_tokens: int = 160
     judge_justify: bool = False  # paper mode only. False: scores only (about a fifth of the tokens)
