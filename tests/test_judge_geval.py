@@ -249,3 +249,24 @@ def test_real_geval_judge_ranks_claude_above_qwen_on_evidence_grounding(isolated
         assert all(1 <= v <= 5 for v in res.tier2.values()) and set(res.tier1.values()) <= {0, 1, None}
         eg[name] = res.tier2["evidence_grounding"]
     assert eg["Claude-Haiku-4.5"] > eg["Qwen2.5-7B-Instruct"], eg
+
+
+@pytest.mark.slow
+def test_real_llamacpp_logprobs_match_the_greedy_token(isolated_cache):
+    """SmolLM2 (cheap): one top-k dict per generated token, log-probabilities, and the greedy token is the top
+    one of its step (so the recorder reads the logits in token-id order); with a grammar the text obeys the
+    grammar while the recorded distribution stays the model's own."""
+    from balms.models.registry import get_backend
+
+    be = get_backend("smollm2-135m", cache_mode="off")
+    msgs = [Message("system", "You answer briefly."), Message("user", "Count: one, two, three,")]
+    comp = be.generate(msgs, GenParams(max_tokens=3, logprobs=5))
+    assert comp.logprobs and len(comp.logprobs) == comp.completion_tokens
+    for step in comp.logprobs:
+        assert 1 <= len(step) <= 5 and all(lp <= 0 for lp in step.values())
+        assert sum(math.exp(lp) for lp in step.values()) <= 1 + 1e-6
+    top0 = max(comp.logprobs[0], key=comp.logprobs[0].get)
+    assert comp.text.startswith(top0) or top0.strip() == "" or comp.text.lstrip().startswith(top0.strip())
+    g = be.generate(msgs, GenParams(max_tokens=1, grammar="root ::= [1-5]", logprobs=20))
+    assert g.text in {"1", "2", "3", "4", "5"} and len(g.logprobs) == 1
+    assert be.generate(msgs, GenParams(max_tokens=1)).logprobs is None
