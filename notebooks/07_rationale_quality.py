@@ -14,8 +14,11 @@
 # The CoT reasoning of each prediction is its rationale. An LLM judge grades it on the paper's two-tier rubric
 # (Tier 1: six temporal-reasoning checks, 1/0/not invoked; Tier 2: faithfulness, evidence grounding, domain
 # knowledge, safety, clarity, overall on 1-5). Beyond the paper, a deterministic grounding checker verifies every
-# numeric claim against the window the agent saw (value, day, trend). The demo profile asks the judge for scores
-# only (`judge_justify = False`): a 0.5B judge's justifications cost four-fifths of its tokens and are boilerplate.
+# numeric claim against the window the agent saw (value, day, trend). The paper profile uses the paper's judge
+# (`judge_mode = "paper"`: one greedy JSON answer). The demo uses `judge_mode = "geval"` (one question per
+# dimension, the score is the expectation over the judge's score tokens) with `judge_grounding_hint = True` (our
+# extension: the evidence-grounding question sees the checker's findings), because greedy JSON from a CPU model
+# gives every rationale the same scores.
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
@@ -38,6 +41,8 @@ judge_systems = None
 judge_datasets = None
 judge_max_tokens = None
 judge_justify = None
+judge_mode = None
+judge_grounding_hint = None
 
 # %%
 import json
@@ -54,7 +59,12 @@ judged_models = ex.models_run(judged)  # the backbones whose rationales were jud
 judges = list(dict.fromkeys(judged["judge_model"]))
 cap = report.model_caption(judged_models)
 jcap = report.model_caption(judges)
-mode = "with one-sentence justifications" if cfg.judge_justify else "scores only (budget mode, no justifications)"
+if cfg.judge_mode == "geval":
+    mode = ("geval mode: one question per dimension, score = expectation over the judge's score tokens"
+            + ("; evidence grounding shown the grounding checker's findings (our extension)"
+               if cfg.judge_grounding_hint else ""))
+else:
+    mode = "with one-sentence justifications" if cfg.judge_justify else "scores only (budget mode, no justifications)"
 print(f"{len(judged)} rationales judged by {jcap}, {mode}; unscored: {(judged.judge_status != 'scored').sum()}")
 # Figure 4 and Table 6: the paper's scope (GLOBEM; Health-LLM, RAG, PHIA) within what was judged
 in_paper = judged.dataset.isin(ex.PAPER_JUDGE_DATASETS) & judged.system.isin(ex.PAPER_JUDGE_SYSTEMS)

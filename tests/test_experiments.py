@@ -53,7 +53,8 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setattr(routing, "check_models", lambda *a, **kw: {})  # "scripted" is no registry model
     cfg = ex.ExperimentConfig(profile="t", datasets=["pmdata"], systems=["healthllm"], judge_systems=["healthllm"],
                               backbones=["scripted"],
-                              n_samples=4, seed=0, judge_justify=True)
+                              n_samples=4, seed=0, judge_justify=True, judge_mode="paper",
+                              judge_grounding_hint=False)
     yield cfg, backend
     cohorts._cohort.cache_clear()
 
@@ -115,6 +116,12 @@ def test_judge_grid_writes_resumable_verdicts_and_aggregates(env):
     bare = ex.judge_grid(cfg_bare, judge_model="scripted")
     assert backend.calls == calls + 4  # a scores-only verdict is a different verdict: judged again
     assert all(not r.justify for r in bare["judge_result"]) and all(r.justify for r in judged["judge_result"])
+    assert (judged["judge_mode"] == "paper").all() and not judged["judge_grounding_hint"].any()
+    # geval mode is a different verdict too; the scripted backend gives no logprobs: unscored, with the reason
+    geval = ex.judge_grid(cfg.replace(judge_mode="geval", judge_grounding_hint=True), judge_model="scripted")
+    assert backend.calls == calls + 8 and (geval["judge_mode"] == "geval").all() and geval["judge_grounding_hint"].all()
+    assert (geval["judge_status"] == "unscored").all()
+    assert geval["judge_unscored_reason"].str.contains("log-probabilities").all()
     agg = ex.aggregate_judgements(judged, by=["dataset", "system"])
     assert agg.loc[0, "c1_alignment_cond_acc"] == 1.0 and agg.loc[0, "overall"] == 4.0
     assert pd.isna(agg.loc[0, "c4_lag_cond_acc"])  # never invoked: undefined, not zero

@@ -64,12 +64,17 @@ class ExperimentConfig(BaseModel):
     ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
     # judge (07)
-    judge_model: str = "qwen2.5-coder-0.5b"
+    judge_model: str = "qwen2.5-coder-1.5b"  # geval: the 0.5B model's score distributions ignore the rationale
     judge_systems: list[str] = ["healthllm"]
     # datasets whose CoT rationales are judged (those also in `datasets`); the paper judged GLOBEM only
     judge_datasets: list[str] = list(DATASETS)
     judge_max_tokens: int = 160
-    judge_justify: bool = False  # False: scores only (the demo's budget mode, about a fifth of the tokens)
+    judge_justify: bool = False  # paper mode only. False: scores only (about a fifth of the tokens)
+    # "paper": the paper's judge, one greedy JSON answer for all dimensions. "geval": one question per dimension,
+    # score = expectation over the judge's score-token distribution (balms.judges.geval); tells rationales apart
+    # on a CPU model where greedy JSON gives every rationale the same scores.
+    judge_mode: Literal["paper", "geval"] = "geval"
+    judge_grounding_hint: bool = True  # our extension: show the judge the grounding checker's verified findings
     # execution
     servers: list[str] = []  # OpenAI-compatible base URLs (with BALMS_VLLM_BASE_URLS); routed by /v1/models
     anthropic_batch: bool = False  # Claude's single-call cells through the Message Batches API (half price)

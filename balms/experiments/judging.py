@@ -21,6 +21,17 @@ def _window_for_record(cfg: ExperimentConfig, rec: PredictionRecord):
     return window_for_record({rec.dataset: cohort(rec.dataset, cfg).tables}, rec)
 
 
+# the judge's verdicts also depend on the geval mode and the grounding checker it can quote
+JUDGE_KEY_CODE_PATHS = (*JUDGE_CODE_PATHS, "judges/geval.py", "judges/grounding.py")
+
+
+def judge_key(cfg: ExperimentConfig, judge_model: str, model_id: str) -> str:
+    """A verdict is reused only when judge model, mode, grounding hint, budget and judge code are unchanged."""
+    return digest({"judge_model": judge_model, "model_id": model_id, "justify": cfg.judge_justify,
+                   "max_tokens": cfg.judge_max_tokens, "mode": cfg.judge_mode,
+                   "grounding_hint": cfg.judge_grounding_hint, "code": code_fingerprint(JUDGE_KEY_CODE_PATHS)})
+
+
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,
                models=None) -> pd.DataFrame:
     """Judge the CoT rationale of every prediction of the grid; verdicts are written beside each run as
@@ -35,9 +46,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
 
     check_models([judge_model], cfg.servers, cache_mode=cfg.cache_mode)
     judge = get_backend(judge_model, cache_mode=cfg.cache_mode, servers=cfg.servers)
-    # a verdict is reused only when judge model, mode, budget and judge code are all unchanged
-    jkey = digest({"judge_model": judge_model, "model_id": judge.model_id, "justify": cfg.judge_justify,
-                   "max_tokens": cfg.judge_max_tokens, "code": code_fingerprint(JUDGE_CODE_PATHS)})
+    jkey = judge_key(cfg, judge_model, judge.model_id)
     rows = []
     for d in datasets or cfg.judged_datasets:
         for m in models or cfg.backbones:
@@ -62,6 +71,8 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                             win = _window_for_record(cfg, r)
                             res = judge_rationale(judge, window_text=render_window(win), gold=r.label,
                                                   max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify,
+                                                  mode=cfg.judge_mode, grounding_hint=cfg.judge_grounding_hint,
+                                                  window=win,
                                                   predicted=r.prediction, rationale=r.rationale,
                                                   scale=(win.target.scale_min, win.target.scale_max),
                                                   target=win.target.label,
@@ -78,6 +89,8 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                                      "prediction": r.prediction, "rationale": r.rationale, "source": r.source,
                                      "options": r.options, "judge_model": judge_model,
                                      "judge_status": v["status"], "judge_unscored_reason": v.get("unscored_reason"),
+                                     "judge_mode": v.get("mode", "paper"),
+                                     "judge_grounding_hint": v.get("grounding_hint", False),
                                      **{k: val for k, val in v["tier1"].items()},
                                      **{k: val for k, val in v["tier2"].items()},
                                      "judge_result": JudgeResult.model_validate(

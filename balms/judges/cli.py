@@ -42,6 +42,19 @@ def load_case(path: Path) -> dict:
     return case
 
 
+def render_case_window(case: dict) -> str:
+    """A case file's window as the judge reads it, in the layout of `balms.data.render.render_window` (values
+    as printed in the case file, NaN = missing)."""
+    from balms.judges.grounding import _shown_from_json
+
+    n = len(next(iter(case["window"].values()))["values"])
+    lines = [f"Daily data for {n} days (day 1 = the oldest, day {n} = the most recent). NaN = missing."]
+    for label, spec in case["window"].items():
+        unit = f" ({spec['unit']})" if spec.get("unit") else ""
+        lines.append(f"- {label}{unit}: [{', '.join(_shown_from_json(v) for v in spec['values'])}]")
+    return "\n".join(lines)
+
+
 def ground_case(case: dict) -> dict:
     """Per rationale: the grounding summary, the claims, and the paper's hand audit when the file has one."""
     from balms.judges.grounding import check_rationale
@@ -128,7 +141,8 @@ def _run(args) -> int:
     with out.open("w") as fh:  # one verdict per line as it is made: nothing lost on a crash
         for rec in recs:
             res = judge_records([rec], window_fn, backend, max_tokens=args.max_tokens,
-                                justify=not args.scores_only)[0]
+                                justify=not args.scores_only, mode=args.mode,
+                                grounding_hint=args.grounding_hint)[0]
             results.append(res)
             fh.write(res.model_dump_json() + "\n")
             fh.flush()
@@ -157,6 +171,11 @@ def register(subparsers) -> None:
     r.add_argument("--max-tokens", type=int, default=1024, help="judge output budget (default 1024)")
     r.add_argument("--scores-only", action="store_true",
                    help="ask for bare scores, no justifications (about a fifth of the output tokens)")
+    r.add_argument("--mode", default="paper", choices=["paper", "geval"],
+                   help="paper: one greedy JSON answer (the paper's judge); geval: one question per dimension, "
+                   "score = expectation over the judge's score tokens (needs token log-probabilities)")
+    r.add_argument("--grounding-hint", action="store_true",
+                   help="show the judge the grounding checker's findings (our extension, not the paper's)")
     r.add_argument("--cache-mode", default="rw", choices=["rw", "replay", "off"])
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=_run)

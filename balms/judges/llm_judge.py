@@ -40,7 +40,9 @@ DATASET_TARGETS: dict[str, tuple[str, int, int]] = {
     "diversityone": ("evening mood (1 = very good, 5 = very bad)", 1, 5),
 }
 
-UnscoredCode = Literal["empty_rationale", "backend_error", "invalid_output"]
+UnscoredCode = Literal["empty_rationale", "backend_error", "invalid_output", "no_logprobs", "no_score_tokens"]
+JudgeMode = Literal["paper", "geval"]
+JUDGE_MODES: tuple[str, ...] = ("paper", "geval")
 
 
 class JudgeOutputError(ValueError):
@@ -49,9 +51,14 @@ class JudgeOutputError(ValueError):
 
 class JudgeResult(BaseModel):
     tier1: dict[str, int | None] = Field(default_factory=lambda: {d: None for d in TIER1})
-    tier2: dict[str, int | None] = Field(default_factory=lambda: {d: None for d in TIER2})
+    # integers in "paper" mode; in "geval" mode the expectation over the digits 1-5 (a float in [1, 5])
+    tier2: dict[str, int | float | None] = Field(default_factory=lambda: {d: None for d in TIER2})
     justifications: dict[str, str] = Field(default_factory=dict)
     justify: bool = True  # False: the scores-only budget mode (no justifications asked)
+    mode: JudgeMode = "paper"  # "paper": one greedy JSON; "geval": one question per dimension, see geval.py
+    grounding_hint: bool = False  # the grounding checker's findings were shown to the judge (our extension)
+    probs: dict[str, dict[str, float]] = Field(default_factory=dict)  # geval: answer distribution per dimension
+    prob_mass: dict[str, float] = Field(default_factory=dict)  # geval: raw probability of the answer tokens
     status: Literal["scored", "unscored"] = "unscored"
     unscored_code: UnscoredCode | None = None
     unscored_reason: str | None = None
@@ -240,22 +247,44 @@ def judge_rationale(
     max_tokens: int = 1024,
     justify: bool = True,
     meta: dict | None = None,
+    mode: str = "paper",
+    grounding_hint: bool = False,
+    window: Any = None,
 ) -> JudgeResult:
-    """Grade one rationale. Greedy decoding; schema-constrained when `use_schema` and supported.
+    """Grade one rationale. `mode="paper"`: the paper's judge, one greedy JSON answer, schema-constrained when
+    `use_schema` and supported. `mode="geval"`: one question per dimension scored from the judge's token
+    distribution (balms.judges.geval; `max_tokens`, `justify` and `use_schema` do not apply). With
+    `grounding_hint` (our extension) the judge also sees the grounding checker's findings on `window` (a Window
+    or a case-file mapping; required then).
 
     Returns status="scored" with validated scores, or status="unscored" with `unscored_code` and
-    `unscored_reason` (empty rationale, backend error, or output still invalid after one repair).
+    `unscored_reason` (empty rationale, backend error, output still invalid after one repair, or in geval mode
+    no log-probabilities / no answer token in them).
     """
+    if mode not in JUDGE_MODES:
+        raise ValueError(f"unknown judge mode {mode!r}; known: {', '.join(JUDGE_MODES)}")
     model_id = getattr(backend, "model_id", "")
     backend = with_retries(backend, retries=JUDGE_RETRIES)  # exactly one retry layer (the backend's or ours)
-    res = JudgeResult(model_id=model_id, justify=justify, meta=dict(meta or {}))
+    res = JudgeResult(model_id=model_id, justify=justify and mode == "paper", mode=mode,
+                      grounding_hint=grounding_hint, meta=dict(meta or {}))
     if not (rationale or "").strip():
         res.unscored_code, res.unscored_reason = "empty_rationale", "the rationale is empty; nothing to judge"
         return res
+    hint = None
+    if grounding_hint:
+        from balms.judges.geval import hint_for
+
+        hint = hint_for(rationale, window)
+    if mode == "geval":
+        from balms.judges.geval import judge_geval, shared_prefix
+
+        prefix = shared_prefix(window_text=window_text, gold=gold, predicted=predicted, rationale=rationale,
+                               scale=scale, target=target)
+        return judge_geval(backend, res, prefix=prefix, hint=hint)
     params = GenParams(temperature=0.0, max_tokens=max_tokens, seed=0,
                        json_schema=judge_json_schema(justify) if use_schema else None)
     messages = build_messages(window_text=window_text, gold=gold, predicted=predicted,
-                              rationale=rationale, scale=scale, target=target, justify=justify)
+                              rationale=rationale, scale=scale, target=target, justify=justify, hint=hint)
     error = ""
     for attempt in (1, 2):
         try:
@@ -373,7 +402,8 @@ def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kw
                 "model": rec.model, "cot": rec.cot, "executor": rec.options.get("executor"),
                 "label": rec.label, "prediction": rec.prediction}
         out.append(judge_rationale(backend, window_text=text, gold=rec.label, predicted=rec.prediction,
-                                   rationale=rec.rationale, scale=scale, target=target, meta=meta, **kwargs))
+                                   rationale=rec.rationale, scale=scale, target=target, meta=meta,
+                                   window=win if isinstance(win, Window) else None, **kwargs))
     return out
 
 

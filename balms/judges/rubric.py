@@ -99,9 +99,10 @@ def _example_json(justify: bool = True) -> str:
 
 def build_messages(
     *, window_text: str, gold: int, predicted: int | None, rationale: str, scale: tuple[int, int], target: str,
-    justify: bool = True,
+    justify: bool = True, hint: str | None = None,
 ) -> list[Message]:
-    """The judge conversation for one rationale (`justify=False`: scores only, about a fifth of the tokens)."""
+    """The judge conversation for one rationale (`justify=False`: scores only, about a fifth of the tokens;
+    `hint`: the grounding checker's findings, our extension, placed before the rubric)."""
     pred = str(predicted) if predicted is not None else "unparseable (no valid answer was given)"
     user = (
         f"Target: {target}, an integer from {scale[0]} to {scale[1]}.\n\n"
@@ -109,7 +110,8 @@ def build_messages(
         f"Gold (self-reported) label: {gold}\n"
         f"Agent's predicted label: {pred}\n\n"
         f"Agent's rationale:\n<<<\n{rationale}\n>>>\n\n"
-        f"{_rubric_text()}\n\n"
+        + (f"{hint}\n\n" if hint else "")
+        + f"{_rubric_text()}\n\n"
         + ("Each justification is one sentence that quotes the rationale or a value of the window.\n"
            if justify else "")
         + "Answer with a single JSON object and nothing else, in exactly this shape:\n"

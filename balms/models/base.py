@@ -32,10 +32,15 @@ class GenParams:
     json_schema: dict | None = None  # constrain output to this JSON schema where supported
     grammar: str | None = None  # GBNF grammar (llama.cpp) where supported
     epoch: int = 0  # repeat index for repeated sampling; part of the key
+    # top-k log-probabilities to return per generated token (0 = none). Omitted from the key when 0, so the
+    # keys of every request that does not ask for them are unchanged.
+    logprobs: int = 0
 
     def cache_key_fields(self) -> dict:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        if not self.logprobs:
+            del d["logprobs"]
         return d
 
 
@@ -50,6 +55,9 @@ class Completion:
     reasoning: str | None = None  # <think> content of reasoning models, kept for the transcript
     reasoning_tokens: int = 0
     cached: bool = False
+    # with GenParams.logprobs = k: per generated token, its top-k {token text: log-probability} under the
+    # model's own distribution (before any grammar or schema constraint); None when not asked or not supported
+    logprobs: list[dict[str, float]] | None = None
     raw: dict = field(default_factory=dict)  # provider payload subset, for debugging
 
     def to_dict(self) -> dict:

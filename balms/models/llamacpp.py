@@ -133,6 +133,30 @@ class LlamaCppBackend:
                 raise BackendError(f"{self.model_id}: invalid GBNF grammar: {exc}", transient=False) from exc
         return entry.grammars[gbnf]
 
+    @staticmethod
+    def _logprob_recorder(llama, k: int, steps: list):
+        """A logits processor that records, at each sampling step, the top-k log-probabilities of the raw
+        distribution. It sees the logits before any grammar (it runs first in the sampler chain) and leaves
+        them unchanged. Why not `logprobs=` of llama-cpp-python: that needs `logits_all=True`, which keeps
+        n_ctx x vocab floats (2.5 GB for Qwen at 4096 tokens) and computes logits at every prompt position."""
+        import numpy as np
+
+        def record(_input_ids, scores):
+            x = np.asarray(scores, dtype=np.float64)
+            m = float(x.max())
+            lp = x - m - np.log(np.exp(x - m).sum())
+            kk = min(k, lp.size)
+            top = np.argpartition(-lp, kk - 1)[:kk]
+            out: dict[str, float] = {}
+            for i in top[np.lexsort((top, -lp[top]))]:  # most probable first, ties by token id
+                tok = llama.detokenize([int(i)], special=True).decode("utf-8", errors="replace")
+                # distinct tokens with the same text (rare) add up: the probability of that text
+                out[tok] = float(np.logaddexp(out[tok], lp[i])) if tok in out else float(lp[i])
+            steps.append(out)
+            return scores
+
+        return record
+
     def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
         entry = _entry(self.model_path, self.n_threads)
         msgs = self._messages(messages)
@@ -150,6 +174,12 @@ class LlamaCppBackend:
                 kwargs["grammar"] = self._grammar(entry, params.grammar)
             elif params.json_schema is not None:
                 kwargs["response_format"] = {"type": "json_object", "schema": params.json_schema}
+            steps: list[dict[str, float]] = []
+            if params.logprobs:
+                from llama_cpp import LogitsProcessorList
+
+                kwargs["logits_processor"] = LogitsProcessorList(
+                    [self._logprob_recorder(entry.llama, params.logprobs, steps)])
             t0 = time.perf_counter()
             try:
                 resp = entry.llama.create_chat_completion(**kwargs)
@@ -171,4 +201,5 @@ class LlamaCppBackend:
             reasoning=reasoning,
             reasoning_tokens=reasoning_tokens,
             raw={"id": resp.get("id"), "n_ctx": entry.n_ctx},
+            logprobs=steps if params.logprobs else None,
         )
