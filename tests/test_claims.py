@@ -51,13 +51,15 @@ def test_ranking_and_growth():
     sl = claims.slope_per_unit(pts, "L", "tok", ["system"])
     assert sl.set_index("system")["slope"].round(6).to_dict() == {"h": 10.0, "r": 0.0}
     assert claims.growth_sentence(sl, label="tokens", per="day", by=["system"]) == "tokens per extra day: h +10, r +0."
+    assert "h +10.00" in claims.growth_sentence(sl, label="s", per="day", by=["system"], digits=2)
 
 
 def test_relative_change_and_concentration_and_baselines():
     t = pd.DataFrame({"dataset": ["pmdata", "globem"], "system": ["rag", "rag"], "chg": [-0.1, math.nan]})
-    out = claims.relative_change_sentences(t, change_col="chg", paper={("pmdata", "rag"): -0.29})
+    out = claims.relative_change_sentences(t, change_col="chg", paper={("pmdata", "rag"): -0.29,
+                                                                       ("globem", "rag"): 0.0})
     assert out[0] == "pmdata rag: MAE -10% (lower at the longest look-back); the paper reports about -29%."
-    assert "no MAE at both ends" in out[1] and "no paper number" in out[1]
+    assert "no MAE at both ends" in out[1] and "the paper reports it flat" in out[1]
     s = claims.concentration_sentence({"3": 60, "2": 30, "4": 10}, dataset="pmdata")
     assert s == "pmdata: 60% of the 100 labels are 3, 90% are one of the two most common values (3, 2)."
     base = pd.DataFrame({"dataset": ["d"] * 3, "baseline": ["mean_predictor", "ridge", "last"],

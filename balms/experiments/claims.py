@@ -107,11 +107,11 @@ def slope_per_unit(df: pd.DataFrame, x: str, y: str, by: list[str]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def growth_sentence(slopes: pd.DataFrame, *, label: str, per: str, by: list[str]) -> str:
+def growth_sentence(slopes: pd.DataFrame, *, label: str, per: str, by: list[str], digits: int = 0) -> str:
     """'Prompt tokens per extra look-back day: pmdata healthllm +41, pmdata rag +0, ...'."""
     if slopes.empty:
         return f"No {label} to relate to {per}."
-    items = [f"{' '.join(str(r[c]) for c in by)} {r['slope']:+.0f}" if _ok(r["slope"])
+    items = [f"{' '.join(str(r[c]) for c in by)} {r['slope']:+.{digits}f}" if _ok(r["slope"])
              else f"{' '.join(str(r[c]) for c in by)} n/a (one {per} only)" for _, r in slopes.iterrows()]
     return f"{label} per extra {per}: " + ", ".join(items) + "."
 
@@ -124,7 +124,8 @@ def relative_change_sentences(table: pd.DataFrame, *, change_col: str, paper: Ma
         key = tuple(r[k] for k in keys)
         ours = r[change_col]
         p = paper.get(key)
-        ptxt = f"the paper reports about {p:+.0%}" if p is not None else "no paper number"
+        ptxt = "no paper number" if p is None else "the paper reports it flat" if p == 0 else \
+            f"the paper reports about {p:+.0%}"
         if _ok(ours):
             sign = "lower" if ours < 0 else "higher" if ours > 0 else "unchanged"
             out.append(f"{' '.join(map(str, key))}: MAE {ours:+.0%} ({sign} at the longest look-back); {ptxt}.")
