@@ -86,8 +86,8 @@ both = pd.concat([chg[["dataset", "system", rc]].rename(columns={rc: "relative c
                   pd.DataFrame([{"dataset": d, "system": s_, "relative change": v, "who": "paper (Qwen2.5-14B)"}
                                 for (d, s_), v in PAPER_FIG5.items() if d in set(chg.dataset)])], ignore_index=True)
 fig = report.facet(both, kind="bar", x="system", y="relative change", hue="who", col="dataset",
-                   title=f"Relative MAE change, look-back {first} -> {last} days (paper: {last} vs its shortest); "
-                         f"ours: {cap}; data: {src}")
+                   title=f"Relative MAE change, shortest -> longest look-back (ours {first} -> {last} days; paper: its "
+                         f"Section 4.3 figures, PHIA 'flat' drawn as 0); ours: {cap}; data: {src}")
 report.save_figure(fig, "fig5_relative_change_vs_paper", artefact="Figure 5 (vs paper)", notebook=NB, source=src,
                    profile=cfg.profile, models=[model], n=len(recs))
 
