@@ -77,8 +77,8 @@ fig = report.facet(long7, kind="bar", x="dataset", y="value", hue="who", col="me
 report.save_figure(fig, "table7_phia_mode_collapse", artefact="Table 7 (figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=cfg.backbones, n=len(recs))
 for _, r in t7.iterrows():
-    print(f"{r.dataset} {r.model} {r.executor}: modal label {r.modal_label} in {r.mode_rate:.0%} of {r.n_windows} "
-          f"windows (paper: {r.paper_modal_label} in {claims.fmt(r.paper_mode_rate, 3)} of "
+    print(f"{r.dataset} {r.model} {r.executor}: modal label {r.modal_label} in {claims.pct(r.mode_rate)} of {r.n_windows} "
+          f"windows (paper: {r.paper_modal_label} in {claims.pct(r.paper_mode_rate)} of "
           f"{claims.fmt(r.paper_n_windows, 0)}); MAE {claims.fmt(r.mae)} (paper {claims.fmt(r.paper_mae)}).")
 
 # %% [markdown]

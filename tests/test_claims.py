@@ -22,6 +22,8 @@ def test_compare_sentence_names_the_direction_and_numbers():
     assert "RAG's MAE is lower than Health-LLM's" in s and "-0.12" in s and "n = 40" in s
     assert "indistinguishable" in claims.compare_sentence("A", "B", 0.0, -0.1, 0.1)
     assert "no interval" in claims.compare_sentence("A", "B", 0.3, math.nan, math.nan)
+    assert "no sample with a parsed answer" in claims.compare_sentence("A", "B", math.nan, math.nan, math.nan, n=0)
+    assert claims.pct(0.8594) == "85.9%" and claims.pct(math.nan) == "n/a"
 
 
 def test_versus_paper_places_the_paper_number():

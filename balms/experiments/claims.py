@@ -21,6 +21,10 @@ def fmt(x, digits: int = 2) -> str:
     return f"{x:.{digits}f}" if _ok(x) else "n/a"
 
 
+def pct(x, digits: int = 1) -> str:
+    return f"{x:.{digits}%}" if _ok(x) else "n/a"
+
+
 def verdict(diff, lo, hi) -> str:
     """'lower' (interval entirely below 0), 'higher' (entirely above), 'indistinguishable' (spans 0),
     'no interval' (an end is missing or the interval is a single point from one cluster)."""
@@ -36,6 +40,8 @@ def verdict(diff, lo, hi) -> str:
 def compare_sentence(a: str, b: str, diff, lo, hi, *, what: str = "MAE", n: int | None = None,
                      digits: int = 2) -> str:
     """'A's MAE is lower than B's (difference -0.12, 95% CI -0.20 to -0.03; n = 40).' `diff` = A - B."""
+    if n == 0:
+        return f"{a} vs {b}: no sample with a parsed answer on both sides, nothing to compare."
     v = verdict(diff, lo, hi)
     tail = f"difference {fmt(diff, digits)}, 95% CI {fmt(lo, digits)} to {fmt(hi, digits)}"
     if n is not None:
