@@ -89,4 +89,5 @@ for (d, sy, m), g in recs.groupby(["dataset", "system", "model"]):
     pdf = metrics.paired_difference(g[g.cot], g[~g.cot])
     print(f"{d} {sy} {m}: " + claims.compare_sentence("CoT", "zero-shot", pdf["diff"], pdf["ci_low"], pdf["ci_high"],
                                                        n=pdf["n_pairs"])
-          + f" Parse failures: zero-shot {claims.fmt(1 - g[~g.cot].parsed.mean())}, CoT {claims.fmt(1 - g[g.cot].parsed.mean())}.")
+          + f" Parse failures: zero-shot {claims.fmt(metrics.parse_failure_rate(g[~g.cot]))}, "
+            f"CoT {claims.fmt(metrics.parse_failure_rate(g[g.cot]))}.")
