@@ -12,7 +12,8 @@
 # # 02 · Chain-of-thought (Table 3, "+CoT" columns)
 #
 # The same cells with the model asked to reason step by step before "Answer: N". The reasoning is also the
-# rationale graded in 07. The paper's largest CoT reduction is 41.4%; it helped the reasoning-tuned backbone most.
+# rationale graded in 07. The paper reports a largest CoT reduction of 41.4% and that CoT helped the
+# reasoning-tuned backbones most (Section 4.2).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
@@ -77,5 +78,16 @@ report.save_figure(fig, "cot_relative_change", artefact="Table 3 (CoT change fig
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 
 # %% [markdown]
-# Negative values are improvements. Small CPU models often ignore the request to reason or run out of tokens
-# mid-reasoning (parse failures), which is why the parse-failure columns sit beside MAE.
+# Negative values are improvements. What to look for: whether a change in MAE comes with a change in parse failures
+# (a model that runs out of tokens mid-reasoning fails to parse). CoT minus zero-shot per cell, paired on the same
+# samples:
+
+# %%
+from balms import metrics
+from balms.experiments import claims
+for (d, sy, m), g in recs.groupby(["dataset", "system", "model"]):
+    pdf = metrics.paired_difference(g[g.cot], g[~g.cot])
+    print(f"{d} {sy} {m}: " + claims.compare_sentence("CoT", "zero-shot", pdf["diff"], pdf["ci_low"], pdf["ci_high"],
+                                                       n=pdf["n_pairs"])
+          + f" Parse failures: zero-shot {claims.fmt(metrics.parse_failure_rate(g[~g.cot]))}, "
+            f"CoT {claims.fmt(metrics.parse_failure_rate(g[g.cot]))}.")

@@ -13,7 +13,10 @@
 #
 # GLOBEM with all channels (phone + Fitbit) vs Fitbit (wearable) channels only, selected by each channel's
 # `device` in the catalogue. The same idea on PMData: all channels, without the same-day self-reported mood, and
-# sleep + heart-rate channels only.
+# sleep + heart-rate channels only. Then the effect of the prompt style: the paper's Appendix D template and
+# PMData recipe (`paper`) vs our corrected prompt and sleep recipe (`corrected`) on the same samples.
+#
+# What to look for: whether each paired difference's interval excludes 0; at small n most will not.
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
@@ -36,7 +39,8 @@ ablation_systems = None
 # %%
 import pandas as pd
 
-from balms import experiments as ex, report
+from balms import experiments as ex, metrics, report
+from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
 NB = "04_ablations"
@@ -67,6 +71,27 @@ t4 = pd.concat([paper4.assign(who="paper"), ours.rename(columns={"model": "backb
 report.save_table(t4, "table4_globem_sensor_sets", artefact="Table 4", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones, n=len(recs), caption=f"GLOBEM full vs Fitbit-only MAE; ours: {cap}")
 t4.round(3)
+
+# %%
+# Table 4 as a figure: the paper's four backbones beside ours, Full vs Fitbit-only, zero-shot and CoT.
+cols4 = ["full_mae", "full_cot_mae", "fitbit_mae", "fitbit_cot_mae"]
+long4 = t4.melt(id_vars=["who", "backbone", "system"], value_vars=[c for c in cols4 if c in t4], var_name="setting",
+                value_name="MAE").assign(setting=lambda d: d.setting.str.replace("_mae", "").str.replace("_", " + "),
+                                         panel=lambda d: d.who + ": " + d.backbone.astype(str))
+fig = report.facet(long4, kind="bar", x="system", y="MAE", hue="setting", col="panel", col_wrap=3,
+                   title=f"Table 4: GLOBEM Full vs Fitbit-only MAE, paper backbones and ours ({cap}); data: {src}")
+report.save_figure(fig, "table4_globem_vs_paper", artefact="Table 4 (figure, vs paper)", notebook=NB, source=src,
+                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+
+# %%
+# Fitbit-only minus full, paired on the same samples (ours), and the paper's sign per backbone
+for (m, sy, cot), g in recs.groupby(["model", "system", "cot"]):
+    pd_ = metrics.paired_difference(g[g.channel_set == "fitbit"], g[g.channel_set == "full"])
+    print(f"{m} {sy} {'CoT' if cot else 'zero-shot'}: " + claims.compare_sentence(
+        "Fitbit-only", "full", pd_["diff"], pd_["ci_low"], pd_["ci_high"], n=pd_["n_pairs"]))
+pdiff = (paper4.fitbit_mae - paper4.full_mae)
+print(f"Paper (zero-shot): Fitbit-only MAE lower in {(pdiff < 0).sum()}, equal in {(pdiff == 0).sum()}, higher in "
+      f"{(pdiff > 0).sum()} of {len(pdiff)} backbone x system cells (no intervals reported).")
 
 # %% [markdown]
 # The paper itself is inconsistent here: DeepSeek PHIA GLOBEM "Full" is 1.68 / 1.29 (CoT) in Table 3 but
@@ -102,6 +127,34 @@ report.save_figure(fig, "table4_ablation", artefact="Table 4 (figure)", notebook
                    profile=cfg.profile, models=cfg.backbones, n=len(recs) + len(pm_recs))
 pm_sum.round(3)
 
+# %%
+# Each PMData channel set against all channels + same-day mood, paired on the same samples
+ref = pm_recs[pm_recs.channel_set == "all + same-day mood"]
+for cs in [c for c in pm_recs.channel_set.unique() if c != "all + same-day mood"]:
+    for m, g in pm_recs[pm_recs.channel_set == cs].groupby("model"):
+        d_ = metrics.paired_difference(g, ref[ref.model == m])
+        print(f"{m}: " + claims.compare_sentence(cs, "all + same-day mood", d_["diff"], d_["ci_low"], d_["ci_high"],
+                                                  n=d_["n_pairs"]))
+
 # %% [markdown]
-# Fewer, semantically clear channels often help small models: the paper found Fitbit-only GLOBEM no worse, and
-# the same-day mood is by far the most informative PMData input.
+# ## Prompt style: the paper's template and recipe vs the corrected ones
+# `paper` is the Appendix D template with the paper's PMData channels (sleep = summed time in bed of every log
+# starting that day, the "0 to 5" range); `corrected` is our prompt (true scale, dates) with sleep = minutes asleep
+# of the night. Same samples, same model; the difference is paired per sample, CI by participant bootstrap.
+
+# %%
+style_parts = [ex.run_grid(cfg, datasets=["pmdata"], systems=["healthllm"], options={"style": st}).assign(style=st)
+               for st in ("paper", "corrected")]
+st_recs = pd.concat(style_parts, ignore_index=True)
+st_sum = ex.summarize(st_recs, by=["dataset", "system", "model", "style"], cfg=cfg)
+rows = []
+for m, g in st_recs.groupby("model"):
+    d_ = metrics.paired_difference(g[g["style"] == "corrected"], g[g["style"] == "paper"])
+    rows.append({"dataset": "pmdata", "system": "healthllm", "model": m, **d_})
+    print(f"{m}: " + claims.compare_sentence("corrected style", "paper style", d_["diff"], d_["ci_low"], d_["ci_high"],
+                                              n=d_["n_pairs"]))
+st_diff = pd.DataFrame(rows)
+report.save_table(st_diff, "ablation_prompt_style", artefact="Prompt style (paper vs corrected)", notebook=NB,
+                  source=report.source_label(st_recs["source"]), profile=cfg.profile, models=cfg.backbones,
+                  n=len(st_recs), caption=f"PMData Health-LLM MAE, corrected minus paper style, paired; {cap}")
+st_sum[["dataset", "system", "model", "style", "n", "mae", "mae_ci_low", "mae_ci_high", "parse_failure_rate"]].round(3)

@@ -11,12 +11,15 @@
 # %% [markdown]
 # # 05 · PHIA failure analysis (Table 7, Appendix B)
 #
-# The tool-using agent writes Python over the user's record. The paper found it collapses to one answer and traced
-# five failures: F1 silent execution (a block prints nothing), F2 lost state (NameError across blocks), F3 forced
+# The tool-using agent writes Python over the user's record. The paper reports that it collapses to one answer
+# (Table 7) and traced five failures (Appendix B): F1 silent execution (a block prints nothing), F2 lost state (NameError across blocks), F3 forced
 # finish (iteration budget exhausted, rationale citing numbers never computed), F4 magic-number thresholds, F5
 # schema-blind aggregation of sub-day rows. We run the **faithful** executor (fresh scope per block, only printed
 # output observed) and our **improved** one (persistent state, last expression shown, schema card, short
 # tracebacks) on the same windows, and count every failure in every trace.
+#
+# What to look for: our mode rate and modal label beside the paper's, and which failure rates differ between the
+# two executors.
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
@@ -40,6 +43,7 @@ executors = None
 import pandas as pd
 
 from balms import experiments as ex, failures, metrics, report
+from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
 NB = "05_phia_failures"
@@ -61,6 +65,21 @@ t7 = p7.add_prefix("paper_").rename(columns={"paper_dataset": "dataset"}).merge(
 report.save_table(t7, "table7_phia_mode_collapse", artefact="Table 7", notebook=NB, source=src, profile=cfg.profile,
                   models=cfg.backbones, n=len(recs), caption=f"PHIA mode collapse; ours: {cap}")
 t7.round(3)
+
+# %%
+# Table 7 as a figure: mode rate and MAE, the paper's (Qwen2.5-14B, seed 0) beside ours per executor
+p7l = p7.assign(who="paper (Qwen2.5-14B)")[["dataset", "who", "mode_rate", "mae"]]
+o7l = mc.assign(who=lambda d: "ours " + d.executor + " (" + d.model + ")")[["dataset", "who", "mode_rate", "mae"]]
+long7 = pd.concat([p7l[p7l.dataset.isin(mc.dataset)], o7l], ignore_index=True).melt(
+    id_vars=["dataset", "who"], value_vars=["mode_rate", "mae"], var_name="measure", value_name="value")
+fig = report.facet(long7, kind="bar", x="dataset", y="value", hue="who", col="measure", sharey=False,
+                   title=f"Table 7: PHIA mode rate and MAE, paper vs ours ({cap}); data: {src}")
+report.save_figure(fig, "table7_phia_mode_collapse", artefact="Table 7 (figure)", notebook=NB, source=src,
+                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+for _, r in t7.iterrows():
+    print(f"{r.dataset} {r.model} {r.executor}: modal label {r.modal_label} in {claims.pct(r.mode_rate)} of {r.n_windows} "
+          f"windows (paper: {r.paper_modal_label} in {claims.pct(r.paper_mode_rate)} of "
+          f"{claims.fmt(r.paper_n_windows, 0)}); MAE {claims.fmt(r.mae)} (paper {claims.fmt(r.paper_mae)}).")
 
 # %% [markdown]
 # The paper counts 1,463 PMData and 761 DiversityOne windows in Table 7 but 1,448 and 1,355 in Table 5; we
@@ -85,4 +104,10 @@ report.save_figure(fig, "phia_failures", artefact="Appendix B (figure)", noteboo
 
 # %% [markdown]
 # Paper (Appendix B.2): 2.0 empty observations per traced GLOBEM window, 0.7 on PMData, 8 of 10 PMData windows
-# force-finished. The improved contract removes F1 and F2 by construction; what remains is the model.
+# force-finished. Ours, per executor, from the table above:
+
+# %%
+for (d, m), g in tax.groupby(["dataset", "model"]):
+    rates = g.set_index("executor")[rate_cols]
+    print(f"{d} {m}: " + "; ".join(f"{c.replace('_per_window', '')} " + ", ".join(
+        f"{e} {claims.fmt(v)}" for e, v in rates[c].items()) for c in rate_cols) + " (per window).")

@@ -75,6 +75,12 @@ for d in dict.fromkeys(recs.dataset):  # a figure per dataset, a panel per backb
                        source=src, profile=cfg.profile, models=models_run, n=len(sub))
 
 # %% [markdown]
-# RAPTOR and PHIA cost the most: RAPTOR writes one summary per day of its memory (each sample is charged for every
-# summary its tree uses, even when another sample generated it first), PHIA makes several model calls and code
-# executions per sample. In a real deployment RAPTOR's summaries are built once per user and amortised.
+# How each system spends its time: RAPTOR writes one summary per day of its memory (each sample is charged for every
+# summary its tree uses, even when another sample generated it first; in a deployment they would be built once per
+# user), PHIA makes several model calls and code executions per sample. The ranking measured here:
+
+# %%
+from balms.experiments import claims
+for cot, g in lat.groupby("cot"):
+    print(("CoT " if cot else "zero-shot ") + claims.ranking_sentence(g, "mean_latency_s", item="system", within="dataset",
+                                                                      what="mean latency", unit=" s"))

@@ -6,11 +6,14 @@ import math
 
 import pytest
 
-from balms.data.summary import TABLE5_COLUMNS, table5_eval_sets
+from balms.data.samples import SAMPLE_RULES
+from balms.data.summary import TABLE5_COLUMNS, evaluation_rule, sample_rule_table, table5_eval_sets
 
 
-def _summ(source, users, n, mae):
-    return {"source": source, "n_users": users, "n_samples": n, "mean_predictor_mae": mae}
+def _summ(source, users, n, mae, n_test=None, dropped=None):
+    return {"source": source, "n_users": users, "n_samples": n, "mean_predictor_mae": mae,
+            "split": {"n_test": n_test}, "dropped": dropped or {}, "paper_n_samples": 1448,
+            "paper_mean_predictor_mae": 0.48}
 
 
 def test_table5_rows_in_summary_order_with_paper_numbers():
@@ -25,3 +28,19 @@ def test_table5_rows_in_summary_order_with_paper_numbers():
 def test_table5_unknown_dataset_is_named():
     with pytest.raises(KeyError, match="no paper row for dataset.*'mimic'"):
         table5_eval_sets({"mimic": _summ("real", 1, 1, 0.1)})
+
+
+def test_sample_rule_table_marks_the_benchmark_rule_and_counts_every_filter():
+    by_rule = {"paper_stated": {"pmdata": _summ("real", 16, 1726, 0.485, 518, {"missing_label": 0})},
+               "balms": {"pmdata": _summ("real", 16, 1545, 0.459, 464, {"short_history": 161})}}
+    t = sample_rule_table(by_rule)
+    assert list(t["rule"]) == ["paper_stated", "balms"] and list(t["benchmark_rule"]) == [False, True]
+    assert list(t["dropped_short_history"]) == [0, 161] and list(t["n_test"]) == [518, 464]
+
+
+def test_evaluation_rule_names_the_rule_and_the_split():
+    for r in SAMPLE_RULES:
+        text = evaluation_rule(r)
+        assert repr(r) in text and "30%" in text and "held-out" in text
+    with pytest.raises(KeyError):
+        evaluation_rule("tuned")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from balms import paths
+from balms.data.samples import DEFAULT_RULE, SAMPLE_RULES
 from balms.data.schema import DataError
 
 
@@ -13,7 +14,7 @@ def _summary(args) -> int:
 
     opts = {"label": args.label} if args.dataset == "globem" and args.label else {}
     try:
-        s = dataset_summary(args.dataset, args.raw, **opts)
+        s = dataset_summary(args.dataset, args.raw, rule=args.rule, **opts)
     except DataError as exc:
         print(f"data error: {exc}")
         return 2
@@ -32,5 +33,7 @@ def register(subparsers) -> None:
     s.add_argument("--dataset", required=True, choices=paths.DATASETS)
     s.add_argument("--raw", default=None, help="raw folder (GLOBEM: one cohort or a folder of cohorts)")
     s.add_argument("--label", default=None, help="GLOBEM label: auto, feel_anxious or phq4_anxiety_EMA")
+    s.add_argument("--rule", default=None, choices=sorted(SAMPLE_RULES),
+                   help=f"sample rule (default {DEFAULT_RULE}; README: Samples and the evaluation rule)")
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.set_defaults(func=_summary)

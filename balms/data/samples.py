@@ -8,16 +8,27 @@ Rules, applied in this order to each label row; each rejected row is counted und
 - `non_integer_label`    not a whole number.
 - `duplicate_label`      a second label for the same (user, date) still present after loading (last kept).
 - `short_history`        the window would start before the user's record starts. The record starts at
-                         the first label (`history_from="first_label"`, PMData default: wellness reporting
-                         marks enrolment, while Fitbit logs start on 1 Nov for everyone) or at the first
-                         day with any sensing (`"first_sensing"`, GLOBEM/DiversityOne default: their
-                         first survey comes weeks into the sensing), or never (`"none"`).
-- `no_sensing_in_window` not one window day has any `observed_channels` value.
+                         the first day with any sensing (`history_from="first_sensing"`, the default for
+                         every dataset), at the first label (`"first_label"`), or never (`"none"`).
+- `no_sensing_in_window` not one window day has any `observed_channels` value (only when
+                         `min_days_observed >= 1`).
 - `too_few_observed_days` fewer than `min_days_observed` window days have one.
 
-PMData defaults (history from first label, >= half the window observed on the Health-LLM channels
-steps/calories/resting HR/sleep minutes) give 1,450 samples at L=14 against the paper's 1,448; see
-`bench/bench_data.py` and tests/test_samples.py for the rule-by-rule table.
+Named sample rules (`build_samples(tables, rule=...)`; explicit keyword arguments override a rule's values):
+
+- `paper_stated`   only the filters Table 5's caption names (cohort selection, which is the loader's job, and
+                   missing labels; out-of-range, non-integer and duplicate labels are dropped too, as invalid
+                   labels). No requirement on the window: a sample may have no sensing at all.
+- `healthllm_same_day` the window ENDS ON the target day (the target day's own sensing is input), it must lie
+                   within the user's sensing record, >= 1 observed day. A candidate reading of the Health-LLM
+                   recipe; the paper's own prompt example (p01, target 2019-11-15, resting HR of 1 Nov first)
+                   ends the window the day before, so this is not the benchmark's rule.
+- `balms` (default) the window ends the day before the target day (the paper's example), lies within the
+                   user's sensing record (a full look-back is what a "14-day look-back" implies), and has at
+                   least one observed day (an agent cannot read an empty window). Same rule for every dataset.
+- `count_matched`  the earlier default, kept only to be shown: history from the first label on PMData and
+                   >= half the window observed. Its threshold was chosen because it gave 1,450 PMData samples
+                   against the paper's 1,448, so that match is not evidence of fidelity.
 """
 
 from __future__ import annotations
@@ -32,7 +43,21 @@ import pandas as pd
 from balms.data.schema import DatasetTables, Sample, Window
 
 DEFAULT_LOOKBACK = {"diversityone": 7, "pmdata": 14, "globem": 14}
-DEFAULT_HISTORY_FROM = {"pmdata": "first_label", "globem": "first_sensing", "diversityone": "first_sensing"}
+SAMPLE_RULES: dict[str, dict] = {
+    "paper_stated": dict(include_target_day=False, history_from="none", min_days_observed=0),
+    "healthllm_same_day": dict(include_target_day=True, history_from="first_sensing", min_days_observed=1),
+    "balms": dict(include_target_day=False, history_from="first_sensing", min_days_observed=1),
+    "count_matched": dict(include_target_day=False, history_from={"pmdata": "first_label"},
+                          min_days_observed={"pmdata": "half"}),
+}
+DEFAULT_RULE = "balms"
+SAMPLE_RULE_TEXT = {
+    "paper_stated": "Table 5's stated filters only: cohort and missing/invalid labels; no window requirement",
+    "healthllm_same_day": "window ends on the target day, full window within the sensing record, >= 1 observed day",
+    "balms": "window ends the day before the target, full window within the sensing record, >= 1 observed day",
+    "count_matched": "earlier default: PMData history from first label and >= half the window observed "
+                     "(threshold chosen to match the paper's 1,448)",
+}
 # Channels whose presence makes a day "observed" (None = any daily channel).
 DEFAULT_OBSERVED = {"pmdata": ["steps", "calories", "resting_hr", "sleep_minutes"]}
 LOADER_FILTERS = ("duplicate_report",)
@@ -78,25 +103,39 @@ def build_samples(
     tables: DatasetTables,
     *,
     lookback: int | None = None,
-    include_target_day: bool = False,
+    rule: str | None = None,
+    include_target_day: bool | None = None,
     min_days_observed: int | None = None,
     history_from: str | None = None,
     observed_channels: list[str] | None = None,
 ) -> SampleSet:
     """Every valid (user, target day) of `tables` as a Sample, with the count of each rejected row.
 
-    `min_days_observed=None` means the dataset default: ceil(lookback/2) for PMData (reproduces the
-    paper's count), 1 elsewhere.
+    `rule` names one of `SAMPLE_RULES` (default `DEFAULT_RULE`); `include_target_day`, `min_days_observed`
+    and `history_from` given explicitly override the rule's values.
     """
     name = tables.name
     L = int(lookback or DEFAULT_LOOKBACK.get(name, 14))
     if L < 1:
         raise ValueError(f"lookback must be >= 1, got {L}")
-    hist = history_from or DEFAULT_HISTORY_FROM.get(name, "first_sensing")
+    rule = rule or DEFAULT_RULE
+    if rule not in SAMPLE_RULES:
+        raise ValueError(f"unknown sample rule {rule!r}; known: {sorted(SAMPLE_RULES)}")
+
+    def from_rule(key, given, fallback):
+        if given is not None:
+            return given
+        v = SAMPLE_RULES[rule][key]
+        return v.get(name, fallback) if isinstance(v, dict) else v
+
+    include_target_day = bool(from_rule("include_target_day", include_target_day, False))
+    hist = from_rule("history_from", history_from, "first_sensing")
     if hist not in ("first_label", "first_sensing", "none"):
         raise ValueError(f"history_from must be first_label, first_sensing or none, got {hist!r}")
-    if min_days_observed is None:
-        min_days_observed = math.ceil(L / 2) if name == "pmdata" else 1
+    min_days_observed = from_rule("min_days_observed", min_days_observed, 1)
+    if min_days_observed == "half":
+        min_days_observed = math.ceil(L / 2)
+    min_days_observed = int(min_days_observed)
     obs_cols = observed_channels if observed_channels is not None \
         else DEFAULT_OBSERVED.get(name, list(tables.daily.columns))
     dropped: dict[str, int] = {k: v for k, v in tables.dropped.items() if k in LOADER_FILTERS}
@@ -136,8 +175,7 @@ def build_samples(
         # short_history: the window reaches back before the user's record (the target day itself, and
         # for first_label the first report, need not be inside the window).
         st = lab["user"].map(start)
-        cutoff = st if hist == "first_sensing" else st
-        drop(st.isna() | (lab["window_start"] < cutoff), "short_history")
+        drop(st.isna() | (lab["window_start"] < st), "short_history")
 
     # Observed days per window: per-user cumulative sums over a dense calendar.
     n_obs = np.zeros(len(lab), dtype=int)
@@ -160,7 +198,7 @@ def build_samples(
             n_obs[ix] = cs[e] - cs[s]
     lab = lab.reset_index(drop=True)
     lab["n_obs"] = n_obs
-    drop(lab["n_obs"] == 0, "no_sensing_in_window")
+    drop((lab["n_obs"] == 0) & (min_days_observed >= 1), "no_sensing_in_window")
     drop(lab["n_obs"] < min_days_observed, "too_few_observed_days")
 
     samples = [
@@ -171,7 +209,7 @@ def build_samples(
         for u, d, y, ws, we in zip(lab["user"], lab["date"], lab["label"], lab["window_start"], lab["window_end"],
                                  strict=True)
     ]
-    params = dict(lookback=L, include_target_day=include_target_day, min_days_observed=min_days_observed,
+    params = dict(rule=rule, lookback=L, include_target_day=include_target_day, min_days_observed=min_days_observed,
                   history_from=hist, observed_channels=list(obs_cols))
     return SampleSet(dataset=name, lookback=L, samples=samples, dropped=dropped, params=params, n_label_rows=n_rows)
 

@@ -16,14 +16,29 @@ import pandas as pd
 from balms import paths
 from balms.data.baselines import run_baselines
 from balms.data.loading import load_dataset, load_from_dir
-from balms.data.samples import build_samples, split_target_days
+from balms.data.samples import DEFAULT_RULE, SAMPLE_RULE_TEXT, SAMPLE_RULES, build_samples, split_target_days
 
 # The paper's Table 5 / Section 4.1 figures, printed beside ours.
 PAPER = {"pmdata": (1448, 0.48), "globem": (1640, 0.80), "diversityone": (1355, 0.58)}
 
+# The evaluation rule, one statement used by the README, notebook 00 and the cohorts (balms.experiments.cohorts).
+TEST_FRAC = 0.3
+EVALUATION_RULE = (
+    "Samples are built with the sample rule {rule!r} ({rule_text}). Within each user, a seeded random "
+    f"{TEST_FRAC:.0%} of the target days is held out (balms.data.samples.split_target_days). Every system and the "
+    "mean predictor are scored on held-out days only; the mean predictor predicts the unrounded mean label of "
+    "the remaining (training) days. A profile with n_samples = 0 evaluates every held-out day; n_samples = k "
+    "evaluates a seeded subset of k of them."
+)
+
+
+def evaluation_rule(rule: str = DEFAULT_RULE) -> str:
+    """The evaluation rule as one paragraph (the same text in the README and notebook 00)."""
+    return EVALUATION_RULE.format(rule=rule, rule_text=SAMPLE_RULE_TEXT[rule])
+
 
 def summarise(tables, samples, *, seed: int = 0) -> dict:
-    train, test = split_target_days(samples, seed=seed)
+    train, test = split_target_days(samples, test_frac=TEST_FRAC, seed=seed)
     base = run_baselines(train, test, tables, seed=seed) if len(train) and len(test) else pd.DataFrame()
     mp = base.set_index("baseline").loc["mean_predictor"] if len(base) else None
     paper_n, paper_mae = PAPER.get(tables.name, (None, None))
@@ -41,7 +56,8 @@ def summarise(tables, samples, *, seed: int = 0) -> dict:
         "dropped": {k: int(v) for k, v in samples.dropped.items()},
         "loader_counts": {k: int(v) for k, v in tables.dropped.items()},
         "sample_rules": samples.params,
-        "split": {"kind": "target_days", "test_frac": 0.3, "seed": seed, "n_train": len(train), "n_test": len(test)},
+        "split": {"kind": "target_days", "test_frac": TEST_FRAC, "seed": seed, "n_train": len(train),
+                  "n_test": len(test)},
         "mean_predictor_mae": None if mp is None else round(float(mp["mae"]), 4),
         "mean_predictor_mae_rounded": None if mp is None else round(float(mp["mae_rounded"]), 4),
         "mean_prediction": None if mp is None else round(float(mp["prediction"]), 4),
@@ -56,17 +72,48 @@ def summarise(tables, samples, *, seed: int = 0) -> dict:
     }
 
 
-def dataset_summary(name: str, raw=None, *, seed: int = 0, return_samples: bool = False, **opts):
+def dataset_summary(name: str, raw=None, *, seed: int = 0, return_samples: bool = False, rule: str | None = None,
+                    tables=None, **opts):
     """Summary dict for one dataset. `raw`: an explicit raw folder (for GLOBEM one cohort or a
-    folder of cohorts); None = BALMS_RAW_DIR/<name>, else the synthetic cohort."""
-    tables = load_from_dir(name, Path(raw), **opts) if raw else load_dataset(name, **opts)
-    samples = build_samples(tables)
+    folder of cohorts); None = BALMS_RAW_DIR/<name>, else the synthetic cohort. `rule`: a named sample
+    rule (balms.data.samples.SAMPLE_RULES; default the benchmark's). `tables`: already loaded tables."""
+    if tables is None:
+        tables = load_from_dir(name, Path(raw), **opts) if raw else load_dataset(name, **opts)
+    samples = build_samples(tables, rule=rule)
     out = summarise(tables, samples, seed=seed)
     return (out, samples) if return_samples else out
 
 
+def sample_rule_table(summaries_by_rule: dict[str, dict[str, dict]]) -> pd.DataFrame:
+    """One row per (dataset, sample rule): samples, users, held-out days, the mean predictor's MAE on them,
+    every filter's count, and the paper's figures beside. `summaries_by_rule` maps rule -> dataset ->
+    `dataset_summary(..., rule=rule)`."""
+    rows = []
+    for rule, by_ds in summaries_by_rule.items():
+        for d, s in by_ds.items():
+            rows.append({"dataset": d, "rule": rule, "benchmark_rule": rule == DEFAULT_RULE, "source": s["source"],
+                         "users": s["n_users"], "n_samples": s["n_samples"], "n_test": s["split"]["n_test"],
+                         "mean_predictor_mae": s["mean_predictor_mae"],
+                         "paper_n_samples": s["paper_n_samples"],
+                         "paper_mean_predictor_mae": s["paper_mean_predictor_mae"],
+                         **{f"dropped_{k}": v for k, v in s["dropped"].items()},
+                         "rule_text": SAMPLE_RULE_TEXT[rule]})
+    df = pd.DataFrame(rows)
+    drop_cols = [c for c in df.columns if c.startswith("dropped_")]
+    df[drop_cols] = df[drop_cols].fillna(0).astype(int)
+    return df
+
+
+def all_rule_summaries(datasets, *, seed: int = 0, rules=None) -> dict[str, dict[str, dict]]:
+    """`dataset_summary` under every named sample rule, each dataset loaded once."""
+    rules = list(rules or SAMPLE_RULES)
+    tabs = {d: load_dataset(d) for d in datasets}
+    return {r: {d: dataset_summary(d, seed=seed, rule=r, tables=tabs[d]) for d in datasets} for r in rules}
+
+
 TABLE5_COLUMNS = ["dataset", "target", "scale_min", "scale_max", "lookback_days", "cohort", "paper_n_samples",
-                  "source", "ours_users", "ours_n_samples", "ours_mean_predictor_mae", "paper_mean_predictor_mae"]
+                  "source", "ours_users", "ours_n_samples", "ours_n_test", "ours_mean_predictor_mae",
+                  "paper_mean_predictor_mae"]
 _PAPER_NAMES = {"diversityone": "DiversityOne", "pmdata": "PMData", "globem": "GLOBEM"}
 
 
@@ -85,10 +132,12 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
     paper5["dataset_key"] = paper5["dataset"].str.lower()
     ours = pd.DataFrame([{"dataset_key": d, "source": s["source"], "ours_users": s["n_users"],
                           "ours_n_samples": s["n_samples"],
+                          "ours_n_test": (s.get("split") or {}).get("n_test"),
                           "ours_mean_predictor_mae": None if s["mean_predictor_mae"] is None
                           else round(s["mean_predictor_mae"], 3)}
                          for d, s in summaries.items()],
-                        columns=["dataset_key", "source", "ours_users", "ours_n_samples", "ours_mean_predictor_mae"])
+                        columns=["dataset_key", "source", "ours_users", "ours_n_samples", "ours_n_test",
+                                 "ours_mean_predictor_mae"])
     t5 = paper5.merge(ours, on="dataset_key", how="right").rename(columns={"n_samples": "paper_n_samples"})
     mae = paper_table("table3_zero_shot_mae").iloc[0]
     t5["paper_mean_predictor_mae"] = t5["dataset"].map(
