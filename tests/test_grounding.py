@@ -302,3 +302,13 @@ def test_value_from_another_channel_is_reported(win):
     assert c.claims[0].values[0].other_channels == {"Screen Unlock Duration": [12]}
     c = check_rationale("Sleep on day 12 was 3 minutes.", win, n_days=14)  # too small to be distinctive
     assert c.wrong_channel == 0 and c.claims[0].values[0].other_channels == {}
+
+
+def test_a_channel_word_used_as_a_unit_does_not_split_the_claim():
+    """'16729 steps (day 2)' with channels 'Steps' and 'Total daily steps': the second 'steps' is the value's
+    unit, so the day citation stays with the value and a wrong day is caught."""
+    window = {"Steps": {"unit": "steps", "values": [100, 200, 300]},
+              "Total daily steps": {"unit": "steps", "values": [16729, 9000, 8000]}}
+    rep = check_rationale("The user had total daily steps of 16729 steps (day 2).", window, n_days=3)
+    assert rep.n_claims == 1 and rep.claims[0].channel == "Total daily steps"
+    assert rep.claims[0].status == "wrong_day" and rep.claims[0].values[0].found_days == [1]

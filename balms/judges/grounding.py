@@ -483,7 +483,9 @@ class _Segment:
 
 def _segments(sent: str, ments, vals: list[_Tok]) -> list[_Segment]:
     segs: list[_Segment] = []
-    for k, (ms, _me, alias, cands) in enumerate(ments):
+    for k, (ms, me, alias, cands) in enumerate(ments):
+        if segs and any(t.start < ms and (t.end >= me or not sent[t.end:ms].strip()) for t in vals):
+            continue  # a channel word right after a number is that number's unit ("16729 steps"), not a new claim
         start = ms
         if k == 0:
             start = 0
