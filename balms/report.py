@@ -181,12 +181,14 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
 
 def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hue: str, col: str | None = None,
                   row: str | None = None, title: str = "", ylabel: str | None = None, refs: dict | None = None,
-                  log: bool = False, missing_label: str = "no parsed answer", col_order: list | None = None):
+                  log: bool = False, missing_label: str = "no parsed answer", col_order: list | None = None,
+                  paper_points: dict | None = None, paper_label: str = "paper (one mark per backbone)"):
     """Bars of a summary table with ITS intervals (the participant-cluster bootstrap the tables report), one
     panel per `col` value (e.g. one per backbone, in `col_order` when given) and one panel row per `row` value.
     A cell without a value is drawn as an explicit mark, never a silently missing bar; a panel whose slice has
     no cell at all says so. `refs` = {row or col value: y} draws a dashed reference line in the panels of that
-    value (e.g. the mean predictor of a dataset)."""
+    value (e.g. the mean predictor of a dataset). `paper_points` = {(row or col value, x value): [values]} marks
+    the paper's numbers for that cell (black diamonds), so a figure shows them beside ours, not only the CSV."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -226,6 +228,12 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
                         err = [[max(val - l_, 0)], [max(h_ - val, 0)]]
                     ax.bar(pos, val, width, yerr=err, capsize=2, color=colors[j % len(colors)],
                            label=str(h) if h not in ax.get_legend_handles_labels()[1] else None)
+            for i, xv in enumerate(xs):
+                for key in (rv, cv):
+                    pts = [v for v in (paper_points or {}).get((key, xv), []) if v is not None and not np.isnan(v)]
+                    if key is not None and pts:
+                        ax.plot([i] * len(pts), pts, ls="none", marker="D", ms=4, color="k", alpha=0.7,
+                                label=paper_label)
             for key in (rv, cv):
                 if refs and key is not None and refs.get(key) is not None and not np.isnan(refs[key]):
                     ax.axhline(refs[key], color="k", ls="--", lw=1, label="mean predictor")

@@ -60,8 +60,12 @@ report.save_table(summary, "prediction_zero_shot_cells", artefact="Table 3 (cell
 summary.round(3)
 
 # %%
+p3 = report.paper_table("table3_zero_shot_mae")
+paper_pts = {(d, s): p3.loc[p3.system == ex.PAPER_SYSTEM_NAMES[s], f"{d}_mae"].tolist()
+             for d in cfg.datasets for s in cfg.systems}
 fig = report.interval_bars(summary, x="system", y="mae", lo="mae_ci_low", hi="mae_ci_high", hue="model", col="dataset",
                           refs=dict(zip(mean_pred.dataset, mean_pred.mae_raw_mean)), ylabel="MAE",
+                          paper_points=paper_pts,
                           title=f"Zero-shot MAE, {models_caption}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
 report.save_figure(fig, "table3_zero_shot_mae", artefact="Table 3 (figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs))

@@ -72,8 +72,12 @@ print(f"paper's largest CoT reduction recomputed from Table 3: {-min(prel):.1%} 
 wide.round(3)
 
 # %%
-fig = report.facet(wide, kind="bar", x="system", y="relative_change", hue="dataset",
-                   title=f"CoT relative MAE change, {models_caption} (data: {src})")
+paper_rel = {(d, s): ((lambda p: (p[f"{d}_cot_mae"] - p[f"{d}_mae"]) / p[f"{d}_mae"])(
+                 paper[paper.system == ex.PAPER_SYSTEM_NAMES[s]])).tolist() for d in cfg.datasets for s in cfg.systems}
+fig = report.interval_bars(wide.assign(lo=float("nan"), hi=float("nan")), x="system", y="relative_change", lo="lo",
+                          hi="hi", hue="model", col="dataset", paper_points=paper_rel, ylabel="relative MAE change",
+                          title=f"CoT relative MAE change, {models_caption} (data: {src}); no interval: one ratio "
+                                "per cell")
 report.save_figure(fig, "cot_relative_change", artefact="Table 3 (CoT change figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 

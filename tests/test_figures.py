@@ -65,3 +65,12 @@ def test_table3_puts_ours_beside_the_papers_column_of_the_same_backbone():
     assert "paper Mistral-7B-Instruct-v0.3" in cols and "ours Mistral-7B-Instruct-v0.3" not in cols
     # a model that is not a paper backbone comes after every paper backbone, without a diff
     assert cols.index("ours smollm2-135m") > cols.index("paper Claude-Haiku-4.5") and "diff smollm2-135m" not in cols
+
+
+def test_interval_bars_mark_the_papers_numbers():
+    s = pd.DataFrame({"dataset": ["pmdata"] * 2, "system": ["healthllm", "rag"], "model": ["m"] * 2,
+                      "mae": [0.5, 0.7], "lo": [0.4, 0.6], "hi": [0.6, 0.8]})
+    fig = report.interval_bars(s, x="system", y="mae", lo="lo", hi="hi", hue="model", col="dataset",
+                               paper_points={("pmdata", "rag"): [0.62, 0.66, np.nan]})
+    marks = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
+    assert len(marks) == 1 and list(marks[0].get_ydata()) == [0.62, 0.66] and list(marks[0].get_xdata()) == [1, 1]
