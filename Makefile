@@ -59,7 +59,7 @@ install-browser: ## Headless Chromium for the report test (Debian package; needs
 lint: ## ruff check (rules in pyproject.toml [tool.ruff])
 	$(PY) -m ruff check balms tests bench scripts
 
-test: test-fast test-slow test-notebooks ## The README's test command: unit, real-model and notebook tests
+test: test-fast test-slow test-notebooks test-replay ## The README's test command: unit, real-model, notebook and replay tests
 
 test-fast: ## Fast tests (no model, no server)
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider

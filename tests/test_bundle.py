@@ -76,6 +76,9 @@ def test_compare_tables_sets_latency_aside_and_catches_real_changes(tmp_path):
     assert bundle.compare_tables(tmp_path / "b", tmp_path / "a")[0].startswith("cells.csv")
     (tmp_path / "a" / "extra.csv").write_text("x\n1\n")
     assert any("not regenerated" in p for p in bundle.compare_tables(tmp_path / "b", tmp_path / "a"))
+    pd.DataFrame({"path": ["tables/cells.csv"]}).to_csv(tmp_path / "a" / "index.csv", index=False)
+    probs = bundle.compare_tables(tmp_path / "b", tmp_path / "a")
+    assert [p.split(":")[0] for p in probs] == ["cells.csv"]  # extra.csv is no indexed artefact: not compared
 
 
 def _make_profile_runs(tmp_path, monkeypatch, profile="p", dataset="pmdata", fp="0" * 16):
