@@ -62,6 +62,12 @@ def code_fingerprint(rels: tuple[str, ...] = CODE_PATHS, root: str | None = None
     return h.hexdigest()[:16]
 
 
+def run_name(system: str, model: str, cot: bool, lookback: int, key: str) -> str:
+    """The run file's stem: readable cell fields, then the spec key that identifies it."""
+    safe = model.replace("/", "_").replace(" ", "_")
+    return f"{system}__{safe}__{'cot' if cot else 'zs'}__L{lookback}__{key}"
+
+
 class CellSpec(BaseModel):
     """One cell of the benchmark. Equal specs compute equal records; the key names the run file."""
 
@@ -93,8 +99,7 @@ class CellSpec(BaseModel):
         return digest(self.model_dump(mode="json"))
 
     def run_name(self) -> str:
-        safe = self.model.replace("/", "_").replace(" ", "_")
-        return f"{self.system}__{safe}__{'cot' if self.cot else 'zs'}__L{self.lookback}__{self.key()}"
+        return run_name(self.system, self.model, self.cot, self.lookback, self.key())
 
     def run_path(self, runs_root: Path) -> Path:
         return Path(runs_root) / self.dataset / f"{self.run_name()}.jsonl"

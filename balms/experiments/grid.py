@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from balms.cellspec import CellSpec, code_fingerprint
+from balms.cellspec import CellSpec, code_fingerprint, run_name
 from balms.data.schema import Sample
 from balms.experiments.cohorts import cohort, with_lookback
 from balms.experiments.config import ExperimentConfig
@@ -179,7 +179,5 @@ def models_run(records: pd.DataFrame) -> list[str]:
 
 def run_path_of(cfg: ExperimentConfig, rec: PredictionRecord) -> Path:
     """The run file a record came from (its cell key names it)."""
-    spec = rec.cell or {}
-    safe = rec.model.replace("/", "_").replace(" ", "_")
-    name = f"{rec.system}__{safe}__{'cot' if rec.cot else 'zs'}__L{rec.lookback}__{spec.get('key')}.jsonl"
-    return cfg.runs_root() / rec.dataset / name
+    name = run_name(rec.system, rec.model, rec.cot, rec.lookback, (rec.cell or {}).get("key"))
+    return cfg.runs_root() / rec.dataset / f"{name}.jsonl"
