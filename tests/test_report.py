@@ -188,12 +188,12 @@ def test_report_autoescapes_every_record_field(outdir):
                            lookback=14, label=3, source="real", system=evil, cot=False, model=evil, model_id=evil,
                            prediction=None, parse_error=evil, raw_answer=evil, error=evil,
                            transcript=[Step(kind=evil, content=evil, meta={"status": evil})])
-    run = outdir / "runs" / "demo" / "pmdata" / "x.jsonl"
+    run = outdir / "runs" / "escape-test" / "pmdata" / "x.jsonl"
     run.parent.mkdir(parents=True)
     run.write_text(rec.model_dump_json() + "\n")
     run.with_name("x.judge.jsonl").write_text(json.dumps({"sample_id": rec.sample_id, "why": evil}) + "\n")
-    report.save_table(pd.DataFrame({"x": [1]}), "t", artefact=evil, notebook=evil, source="real", profile="demo")
-    build_report("demo", outdir / "report")
+    report.save_table(pd.DataFrame({"x": [1]}), "t", artefact=evil, notebook=evil, source="real", profile="escape-test")
+    build_report("escape-test", outdir / "report")  # no executed notebooks of a real profile
     pages = list((outdir / "report").rglob("*.html"))
     assert len(pages) == 3  # index, run, record
     for page in pages:
