@@ -17,7 +17,12 @@ SHARED_WHEELS ?= ../shared/wheels
 BALMS_RAW_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data/raw)
 export BALMS_RAW_DIR
 
-NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
+# the profile's `notebooks:` (all when it names none; all before the venv exists; a bad profile stops make)
+NOTEBOOKS := $(shell test -x $(PY) && { $(PY) -m balms.cli config notebooks --profile $(PROFILE) || echo BAD_PROFILE; })
+ifneq ($(filter BAD_PROFILE,$(NOTEBOOKS)),)
+$(error profile $(PROFILE): see the message above)
+endif
+NOTEBOOKS := $(or $(NOTEBOOKS),$(sort $(wildcard notebooks/[0-9][0-9]_*.py)))
 EXEC_DIR  ?= notebooks/executed/$(PROFILE)
 EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
 RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
@@ -137,7 +142,7 @@ replay-check: ## A fresh cache + the committed responses regenerate the committe
 	BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache BALMS_RUNS_DIR=$(CURDIR)/build/replay-$(PROFILE)/runs \
 	  BALMS_OUTPUT_DIR=$(CURDIR)/build/replay-$(PROFILE)/out \
 	  $(MAKE) --no-print-directory paper PROFILE=$(PROFILE) EXEC_DIR=build/replay-$(PROFILE)/executed P="-p cache_mode replay"
-	$(PY) -m balms.cli bundle compare --ours build/replay-$(PROFILE)/out/$(PROFILE)/tables --committed tables
+	$(PY) -m balms.cli bundle compare --ours build/replay-$(PROFILE)/out/$(PROFILE)/tables --profile $(PROFILE)
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
 	$(PY) -m balms.report html --profile $(PROFILE) --out report

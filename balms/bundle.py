@@ -340,7 +340,8 @@ def register(sub) -> None:
     v.add_argument("file")
     c = s.add_parser("compare", help="regenerated tables vs committed ones (latency columns aside)")
     c.add_argument("--ours", required=True)
-    c.add_argument("--committed", required=True)
+    c.add_argument("--committed", default=None, help="default: the profile's own tables folder")
+    c.add_argument("--profile", default="demo")
 
     def run(a) -> int:
         try:
@@ -362,7 +363,9 @@ def register(sub) -> None:
         elif a.cmd == "import-responses":
             print(json.dumps(import_responses(Path(a.file))))
         else:
-            probs = compare_tables(Path(a.ours), Path(a.committed))
+            from balms.paths import output_dirs
+
+            probs = compare_tables(Path(a.ours), Path(a.committed) if a.committed else output_dirs(a.profile)[0])
             for x in probs:
                 print(x)
             print(f"{len(probs)} table(s) differ" if probs else "every committed table reproduced")

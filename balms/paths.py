@@ -51,19 +51,24 @@ def runs_dir() -> Path:
 
 
 SMOKE_PROFILES = {"smoke"}
+MAIN_PROFILES = {"demo", "paper"}  # the committed tables/ and figures/ at the project root
 
 
 def output_dirs(profile: str) -> tuple[Path, Path]:
     """(tables, figures) folders of a profile, created if needed. demo/paper write the committed `tables/` and
-    `figures/`; the smoke profile (CI) writes to build/. `BALMS_OUTPUT_DIR` redirects everything (tests use it)."""
+    `figures/`; the smoke profile (CI) writes to build/; any other profile to results/<profile>/.
+    `BALMS_OUTPUT_DIR` redirects everything (tests use it)."""
     if os.environ.get("BALMS_OUTPUT_DIR"):
         root = Path(os.environ["BALMS_OUTPUT_DIR"]) / profile
         t, f = root / "tables", root / "figures"
     elif profile in SMOKE_PROFILES:
         root = PROJECT_ROOT / "build" / profile
         t, f = root / "tables", root / "figures"
-    else:
+    elif profile in MAIN_PROFILES:
         t, f = TABLES_DIR, FIGURES_DIR
+    else:  # a study of its own (e.g. cpu-study): its artefacts beside its results bundle
+        root = RESULTS_DIR / profile
+        t, f = root / "tables", root / "figures"
     t.mkdir(parents=True, exist_ok=True)
     f.mkdir(parents=True, exist_ok=True)
     return t, f
@@ -75,6 +80,7 @@ def index_path(profile: str) -> Path:
 
 
 TABLES_DIR = PROJECT_ROOT / "tables"
+RESULTS_DIR = PROJECT_ROOT / "results"  # committed results: exported responses and study bundles, per profile
 FIGURES_DIR = PROJECT_ROOT / "figures"
 PAPER_TABLES_DIR = Path(__file__).resolve().parent / "resources" / "paper_tables"
 CASE_STUDY_D1 = Path(__file__).resolve().parent / "resources" / "case_study_d1.json"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from balms import paths
@@ -258,3 +259,33 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def forest(df: pd.DataFrame, *, label: str, est: str, lo: str, hi: str, color_by: str | None = None,
+           title: str = "", xlabel: str = "difference (95% CI)"):
+    """One horizontal interval per row (a forest plot) with a zero line; rows without an interval show the point
+    alone and rows without an estimate say so, so nothing silently disappears."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.42 * max(len(df), 2) + 1.2))
+    groups = list(dict.fromkeys(df[color_by])) if color_by else [None]
+    colours = dict(zip(groups, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4, strict=False))
+    ys = np.arange(len(df))[::-1]
+    for y, (_, r) in zip(ys, df.iterrows(), strict=True):
+        c = colours[r[color_by]] if color_by else "C0"
+        if pd.isna(r[est]):
+            ax.text(0, y, "no estimate (no parsed pairs)", va="center", fontsize=8, color="grey")
+            continue
+        if not (pd.isna(r[lo]) or pd.isna(r[hi])):
+            ax.plot([r[lo], r[hi]], [y, y], color=c, lw=2)
+        ax.plot([r[est]], [y], "o", color=c, label=r[color_by] if color_by else None)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(ys, df[label].tolist(), fontsize=8)
+    ax.set_xlabel(xlabel)
+    if color_by:
+        handles, names = ax.get_legend_handles_labels()
+        uniq = dict(zip(names, handles, strict=True))
+        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="best")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

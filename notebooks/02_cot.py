@@ -38,7 +38,7 @@ from balms import experiments as ex, report
 
 cfg = ex.from_notebook(globals())
 NB = "02_cot"
-res = ex.grid_result(cfg, cots=(False, True))
+res = ex.grid_result(cfg, systems=cfg.cot_systems or cfg.systems, cots=(False, True))
 recs, summary, src, models_caption = res.records, res.summary, res.source, res.caption
 mean_pred = ex.mean_predictor_rows(cfg)
 
@@ -73,7 +73,8 @@ wide.round(3)
 
 # %%
 paper_rel = {(d, s): ((lambda p: (p[f"{d}_cot_mae"] - p[f"{d}_mae"]) / p[f"{d}_mae"])(
-                 paper[paper.system == ex.PAPER_SYSTEM_NAMES[s]])).tolist() for d in cfg.datasets for s in cfg.systems}
+                 paper[paper.system == ex.PAPER_SYSTEM_NAMES[s]])).tolist()
+             for d in cfg.datasets for s in cfg.cot_systems or cfg.systems}
 fig = report.interval_bars(wide.assign(lo=float("nan"), hi=float("nan")), x="system", y="relative_change", lo="lo",
                           hi="hi", hue="model", col="dataset", paper_points=paper_rel, ylabel="relative MAE change",
                           title=f"CoT relative MAE change, {models_caption} (data: {src}); no interval: one ratio "

@@ -45,12 +45,10 @@ from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
 NB = "03_long_horizon"
-model = cfg.horizon_backbone or cfg.backbones[0]
-max_lb = max(cfg.lookbacks)
-res = ex.grid_result(cfg, datasets=cfg.horizon_datasets, models=[model], lookbacks=cfg.lookbacks,
-                     systems=cfg.horizon_systems or cfg.systems,
-                     samples_for=lambda d: ex.cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_samples, cfg.seed))
-recs, summary, src, cap = res.records, res.summary, res.source, res.caption
+model = cfg.horizon_model
+recs = ex.horizon_grid(cfg)
+summary = ex.summarize(recs, cfg=cfg)
+src, cap = report.source_label(recs["source"]), report.model_caption(ex.models_run(recs))
 
 # %%
 swept = cfg.horizon_systems or cfg.systems
@@ -62,7 +60,7 @@ print(f"Systems in this sweep: {', '.join(swept)}; left out: {', '.join(s for s 
 
 # %%
 fig = report.facet(summary, kind="line", x="lookback", y="mae", hue="system", col="dataset",
-                   title=f"MAE vs look-back (target day fixed), {cap}; data: {src}; n={cfg.n_samples or 'all'}")
+                   title=f"MAE vs look-back (target day fixed), {cap}; data: {src}; n per cell={recs.groupby(['dataset', 'system', 'lookback']).size().max()}")
 report.save_figure(fig, "fig5_mae_vs_lookback", artefact="Figure 5", notebook=NB, source=src, profile=cfg.profile,
                    models=[model], n=len(recs))
 first, last = min(cfg.lookbacks), max(cfg.lookbacks)

@@ -16,8 +16,10 @@ from balms.experiments.grid import (
                                     GridResult,
                                     agent_options,
                                     grid_result,
+                                    horizon_grid,
                                     make_cell,
                                     models_run,
+                                    phia_executor_grid,
                                     run_cell,
                                     run_cell_spec,
                                     run_grid,
@@ -34,5 +36,6 @@ from balms.experiments.summaries import (
 
 __all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
            "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES", "agent_options", "aggregate_judgements", "cohort",
-           "from_notebook", "grid_result", "ground_grid", "judge_grid", "load", "make_cell", "mean_predictor_rows",
-           "models_run", "run_cell", "run_cell_spec", "run_grid", "summarize", "table3_paper_vs_ours", "with_lookback"]
+           "from_notebook", "grid_result", "ground_grid", "horizon_grid", "judge_grid", "load", "make_cell",
+           "mean_predictor_rows", "models_run", "phia_executor_grid", "run_cell", "run_cell_spec", "run_grid",
+           "summarize", "table3_paper_vs_ours", "with_lookback"]

@@ -43,11 +43,13 @@ class Cohort:
         return self.tables.fingerprint()
 
     def eval_samples(self, n: int, seed: int) -> list[Sample]:
-        """n seeded test samples (0 = all), sorted by user and date, identical for every system/backbone."""
+        """n seeded test samples (0 = all), sorted by user and date, identical for every system/backbone.
+
+        The first n of one seeded permutation, so samples are nested: a cell with fewer samples evaluates a subset
+        of a larger cell's, and the two compare paired on it."""
         pool = sorted(self.test, key=lambda s: (s.user, s.target_date))
         if n and n < len(pool):
-            rng = np.random.default_rng(seed)
-            pick = rng.choice(len(pool), size=n, replace=False)
+            pick = np.random.default_rng(seed).permutation(len(pool))[:n]
             pool = [pool[i] for i in sorted(pick)]
         return pool
 
@@ -79,7 +81,7 @@ def mean_predictor_rows(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:
     out = []
     for d in datasets or cfg.datasets:
         co = cohort(d, cfg)
-        ev = co.eval_samples(cfg.n_samples, cfg.seed)
+        ev = co.eval_samples(cfg.n_for(d), cfg.seed)
         y = np.array([s.label for s in ev], dtype=float)
         m = co.train_mean
         out.append({"dataset": d, "source": co.source, "n": len(ev), "train_mean": m,

@@ -40,11 +40,16 @@ class ExperimentConfig(BaseModel):
     systems: list[str] = list(SYSTEMS)
     backbones: list[str] = ["qwen2.5-coder-0.5b"]
     n_samples: int = 2  # evaluation samples per dataset (0 = every test sample)
+    # per-cell counts where they differ from n_samples, most specific key first: "<dataset>.<system>.cot",
+    # "<dataset>.<system>", "<dataset>.cot", "<dataset>" (0 = all). Samples are nested: a smaller cell evaluates
+    # the first n of a larger cell's samples, so cells of one dataset compare paired on their common samples.
+    n_samples_by: dict[str, int] = {}
     seed: int = 0
     prompt_style: Literal["paper", "corrected"] = "paper"  # Health-LLM/RAG/RAPTOR template (see README)
     # decoding budgets
     zs_max_tokens: int = 16
     cot_max_tokens: int = 256
+    cot_systems: list[str] | None = None  # the systems notebook 02 runs with CoT (None: `systems`)
     cot_force_answer: bool = True  # a CoT reply cut off by cot_max_tokens is asked for its answer alone (ours)
     phia_max_iters: int = 3
     phia_step_tokens: int = 160  # max tokens per PHIA model call (thought + code)
@@ -81,6 +86,7 @@ class ExperimentConfig(BaseModel):
     cache_mode: Literal["rw", "replay", "off"] = "rw"
     concurrency: int = 1
     raw_root: str | None = None  # default: BALMS_RAW_DIR, else ../shared/data, else data/raw
+    notebooks: list[str] | None = None  # the notebooks `make paper` executes (stems, e.g. 01_prediction); None: all
 
     @field_validator("datasets", "horizon_datasets", "judge_datasets")
     @classmethod
@@ -90,10 +96,10 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"unknown dataset(s) {bad}; known: {list(DATASETS)}")
         return v
 
-    @field_validator("systems", "horizon_systems", "ablation_systems", "judge_systems")
+    @field_validator("systems", "horizon_systems", "ablation_systems", "judge_systems", "cot_systems")
     @classmethod
-    def _known_systems(cls, v: list[str]) -> list[str]:
-        bad = [s for s in v if s not in SYSTEMS]
+    def _known_systems(cls, v: list[str] | None) -> list[str] | None:
+        bad = [s for s in v or [] if s not in SYSTEMS]
         if bad:
             raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
         return v
@@ -106,7 +112,26 @@ class ExperimentConfig(BaseModel):
             raise ValueError("must be >= 0")
         return v
 
+    @field_validator("n_samples_by")
+    @classmethod
+    def _sample_keys(cls, v: dict[str, int]) -> dict[str, int]:
+        valid = {f"{d}{s}{c}" for d in DATASETS for s in ("", *(f".{x}" for x in SYSTEMS)) for c in ("", ".cot")}
+        for key, n in v.items():
+            if key not in valid:
+                raise ValueError(f"n_samples_by key {key!r}: expected '<dataset>', '<dataset>.<system>', "
+                                 f"'<dataset>.cot' or '<dataset>.<system>.cot' with a dataset in {list(DATASETS)} "
+                                 f"and a system in {list(SYSTEMS)}")
+            if not isinstance(n, int) or n < 0:
+                raise ValueError(f"n_samples_by[{key!r}] = {n!r}: expected an integer >= 0")
+        return v
+
     # ------------------------------------------------------------------------------------------ helpers
+    def n_for(self, dataset: str, system: str | None = None, cot: bool = False) -> int:
+        """How many evaluation samples a cell gets (`n_samples_by`, most specific key first, else n_samples)."""
+        keys = ([f"{dataset}.{system}.cot"] if system and cot else []) + ([f"{dataset}.{system}"] if system else []) \
+            + ([f"{dataset}.cot"] if cot else []) + [dataset]
+        return next((self.n_samples_by[k] for k in keys if k in self.n_samples_by), self.n_samples)
+
     @property
     def horizon_model(self) -> str:
         return self.horizon_backbone or self.backbones[0]
@@ -243,6 +268,22 @@ def resolve_for_notebook(profile: str, notebook: str | Path, cli: str = "") -> d
     return {k: full[k] for k in dict.fromkeys(wanted)}
 
 
+NOTEBOOKS_DIR = paths.PROJECT_ROOT / "notebooks"
+
+
+def profile_notebooks(profile: str | Path) -> list[Path]:
+    """The notebook sources (`notebooks/NN_name.py`) a profile's `make paper` executes, in order."""
+    every = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py"))
+    wanted = load(profile).notebooks
+    if wanted is None:
+        return every
+    by_stem = {p.stem: p for p in every}
+    unknown = [n for n in wanted if n not in by_stem]
+    if unknown:
+        raise ConfigError(f"profile {profile!r}: unknown notebook(s) {unknown}; known: {sorted(by_stem)}")
+    return [by_stem[n] for n in sorted(wanted)]
+
+
 def _cmd(args) -> int:
     import json
     import sys
@@ -251,6 +292,9 @@ def _cmd(args) -> int:
         if args.cmd == "show":
             cfg = load(args.profile, **parse_cli_overrides(args.set))
             print(json.dumps(cfg.model_dump(), indent=2))
+            return 0
+        if args.cmd == "notebooks":
+            print(" ".join(str(p.relative_to(paths.PROJECT_ROOT)) for p in profile_notebooks(args.profile)))
             return 0
         vals = resolve_for_notebook(args.profile, args.notebook, args.set)
     except ConfigError as exc:
@@ -266,12 +310,14 @@ def _cmd(args) -> int:
 
 
 def register(sub) -> None:
-    """`balms config show|params`."""
+    """`balms config show|notebooks|params`."""
     p = sub.add_parser("config", help="a profile's resolved configuration; a notebook's own parameters")
     s = p.add_subparsers(dest="cmd", required=True)
     show = s.add_parser("show", help="the resolved configuration of a profile, as JSON")
     show.add_argument("--profile", default="demo")
     show.add_argument("--set", default="", help="overrides as '-p name value ...'")
+    nb = s.add_parser("notebooks", help="the notebooks `make paper` executes for a profile (paths, in order)")
+    nb.add_argument("--profile", default="demo")
     par = s.add_parser("params", help="a notebook's own parameters, resolved, as YAML for papermill -f")
     par.add_argument("--profile", default="demo")
     par.add_argument("--notebook", required=True, help="notebooks/NN_name.py")

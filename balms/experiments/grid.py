@@ -49,8 +49,10 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
     return opts
 
 
-def eval_samples(cfg: ExperimentConfig, dataset: str, lookback: int | None = None) -> list[Sample]:
-    samples = cohort(dataset, cfg).eval_samples(cfg.n_samples, cfg.seed)
+def eval_samples(cfg: ExperimentConfig, dataset: str, lookback: int | None = None, *, system: str | None = None,
+                 cot: bool = False) -> list[Sample]:
+    """A cell's evaluation samples (`cfg.n_for`), with the look-back changed where one is given."""
+    samples = cohort(dataset, cfg).eval_samples(cfg.n_for(dataset, system, cot), cfg.seed)
     return [with_lookback(s, lookback) for s in samples] if lookback is not None else samples
 
 
@@ -71,8 +73,8 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     from balms.models.registry import get_backend
 
     if samples is None:
-        samples = cohort(dataset, cfg).eval_samples(cfg.n_samples, cfg.seed)
-    if lookback is not None:
+        samples = eval_samples(cfg, dataset, lookback, system=system, cot=cot)
+    elif lookback is not None:
         samples = [with_lookback(s, lookback) for s in samples]
     lb = samples[0].lookback if samples else int(lookback or 0)
     agent = make_agent(system, cot=cot, **agent_options(cfg, system, cot, options, model=model))
@@ -150,6 +152,21 @@ def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None,
             "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
             for r in recs)
     return pd.DataFrame(rows)
+
+
+def horizon_grid(cfg: ExperimentConfig, *, progress: bool = True) -> pd.DataFrame:
+    """Notebook 03's look-back sweep: the same target days (those with `max(lookbacks)` days of history) at every
+    look-back, for `horizon_systems` with the horizon backbone on `horizon_datasets`."""
+    max_lb = max(cfg.lookbacks)
+    return run_grid(cfg, datasets=cfg.horizon_datasets, models=[cfg.horizon_model], lookbacks=cfg.lookbacks,
+                    systems=cfg.horizon_systems or cfg.systems, progress=progress,
+                    samples_for=lambda d: cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_for(d), cfg.seed))
+
+
+def phia_executor_grid(cfg: ExperimentConfig, *, keep_transcript: bool = True, progress: bool = True) -> pd.DataFrame:
+    """Notebook 05's PHIA cells, once per executor contract, with an `executor` column."""
+    return pd.concat([run_grid(cfg, systems=["phia"], options={"executor": e}, keep_transcript=keep_transcript,
+                               progress=progress).assign(executor=e) for e in cfg.executors], ignore_index=True)
 
 
 @dataclass

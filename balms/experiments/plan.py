@@ -115,7 +115,7 @@ def enumerate_cells(
                             cells.append(PlanCell(nb, d, s, m, c, lb, _opts(options)))
 
     grid("01_prediction", cfg.datasets, cfg.systems, cfg.backbones)
-    grid("02_cot", cfg.datasets, cfg.systems, cfg.backbones, cots=(False, True))
+    grid("02_cot", cfg.datasets, cfg.cot_systems or cfg.systems, cfg.backbones, cots=(False, True))
     grid(
         "03_long_horizon",
         cfg.horizon_datasets,
@@ -160,6 +160,8 @@ def enumerate_cells(
                         judged_model=m,
                     )
                 )
+    if cfg.notebooks is not None:  # the profile runs only these notebooks
+        cells = [c for c in cells if c.notebook in cfg.notebooks]
     seen, out = set(), []
     for c in cells:
         opts = c.extra
@@ -403,10 +405,11 @@ def build_plan(
     prompt_cache: dict = {}  # (dataset, system, cot, lookback, options) -> [(text, n_messages)]
     summary_sets_seen: set = set()
 
-    def samples_for(d, lb):
-        if (d, lb) not in samples_cache:
-            samples_cache[(d, lb)] = eval_samples(cfg, d, lb)
-        return samples_cache[(d, lb)]
+    def samples_for(d, lb, system, cot):
+        n = cfg.n_for(d, system, cot)
+        if (d, lb, n) not in samples_cache:
+            samples_cache[(d, lb, n)] = eval_samples(cfg, d, lb, system=system, cot=cot)
+        return samples_cache[(d, lb, n)]
 
     patch = (
         contextlib.nullcontext()
@@ -421,7 +424,7 @@ def build_plan(
                 progress(i, len(cells), cell)
             d = cell.dataset
             co = cohorts[d]
-            samples = samples_for(d, cell.lookback)
+            samples = samples_for(d, cell.lookback, cell.system, cell.cot)
             n = len(samples)
             cnt = counters[cell.model]
             if cell.system == "judge":

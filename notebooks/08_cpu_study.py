@@ -1,0 +1,100 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: balms (.venv)
+#     language: python
+#     name: balms
+# ---
+
+# %% [markdown]
+# # 08 · CPU study: the paper's directional claims on the real data, with an embedded model
+#
+# The `cpu-study` profile runs the paper's prompt style on the real PMData and GLOBEM data with a small model
+# that runs on 2 CPU cores. It is **not** one of the paper's backbones: what it can test is the direction of
+# the paper's claims (does an agent beat the mean predictor, does a longer look-back help RAG and hurt
+# Health-LLM, does PHIA collapse to one answer and does the improved executor change that), each as a
+# difference with a 95% interval that resamples participants. A claim is called only when its interval excludes
+# zero. The other notebooks of this profile (01, 02, 03, 05) draw the usual tables and figures from the same runs.
+
+# %% tags=["parameters"]
+# profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
+profile = "cpu-study"
+datasets = None
+systems = None
+backbones = None
+n_samples = None
+seed = None
+cache_mode = None
+concurrency = None
+
+# %%
+import pandas as pd
+
+from balms import experiments as ex, report
+from balms.experiments import claims, study
+
+cfg = ex.from_notebook(globals())
+NB = "08_cpu_study"
+zs = ex.run_grid(cfg, cots=(False,))  # notebook 01's cells
+cot = ex.run_grid(cfg, systems=cfg.cot_systems or cfg.systems, cots=(True,))  # notebook 02's
+horizon = ex.horizon_grid(cfg)  # notebook 03's
+phia = ex.phia_executor_grid(cfg, keep_transcript=False)  # notebook 05's
+every = pd.concat([zs, cot, horizon, phia], ignore_index=True)
+src, cap = report.source_label(every["source"]), report.model_caption(ex.models_run(every))
+print(f"{len(every)} prediction records ({every.drop_duplicates(['cell_key', 'sample_id']).shape[0]} distinct); "
+      f"models: {cap}; data: {src}")
+
+# %% [markdown]
+# ## What each n buys (the power calculation that sized the study)
+#
+# The width of the 95% interval on the Health-LLM zero-shot cell's MAE difference to the mean predictor
+# (PMData), measured on nested subsets of the samples it ran and projected beyond them as width x sqrt(n_max/n).
+# Half the width is roughly the smallest difference the study can call.
+
+# %%
+hl = zs[(zs.dataset == "pmdata") & (zs.system == "healthllm")]
+sizes = sorted({25, 50, 100, 150, 300, *(cfg.n_for("pmdata", s, c) for s in cfg.systems for c in (False, True))} - {0})
+power = study.power_table(cfg, hl, "pmdata", ns=sizes)
+report.save_table(power, "cpu_study_power", artefact="CPU study (power)", notebook=NB, source=src,
+                  profile=cfg.profile, models=ex.models_run(hl), n=len(hl),
+                  caption=f"interval width on the MAE difference to the mean predictor per n; {cap}")
+power.round(3)
+
+# %%
+hw = power.set_index("n")["half_width"]
+for what, n in (("zero-shot cells and the look-back sweep", cfg.n_for("pmdata", "healthllm")),
+                ("CoT cells", cfg.n_for("pmdata", "healthllm", True)), ("PHIA cells", cfg.n_for("pmdata", "phia"))):
+    if n in hw.index:
+        kind = power.set_index("n").loc[n, "kind"]
+        print(f"PMData {what}: n = {n}; half-width of the interval about {claims.fmt(hw[n])} ({kind}): "
+              f"differences smaller than that are reported as 'cannot tell'.")
+
+# %% [markdown]
+# ## The paper's claims, tested
+#
+# One row per comparison: the difference, its 95% participant-bootstrap interval, n, the direction the paper
+# reports and our verdict (agrees / disagrees / cannot tell at this n).
+
+# %%
+table = study.claims_table(cfg, zs, cot, horizon, phia)
+report.save_table(table, "cpu_study_claims", artefact="CPU study (claims)", notebook=NB, source=src,
+                  profile=cfg.profile, models=ex.models_run(every), n=len(every),
+                  caption=f"the paper's directional claims with 95% participant-bootstrap intervals; {cap}")
+fig = report.forest(table, label="comparison", est="diff", lo="ci_low", hi="ci_high", color_by="verdict",
+                    title=f"The paper's claims on our data: differences with 95% intervals; {cap}; data: {src}; "
+                          f"n per row in the table")
+report.save_figure(fig, "cpu_study_claims", artefact="CPU study (claims figure)", notebook=NB, source=src,
+                   profile=cfg.profile, models=ex.models_run(every), n=len(every))
+table.round(3)
+
+# %%
+for claim, g in table.groupby("claim", sort=False):
+    print(f"{study.CLAIMS[claim]}")
+    for r in g.itertuples():
+        print(f"  {r.comparison}: {claims.fmt(r.diff)} (95% CI {claims.fmt(r.ci_low)} to {claims.fmt(r.ci_high)}; "
+              f"n = {r.n}) -> {r.verdict}.")
+counts = table["verdict"].value_counts()
+print(f"Overall, with {cap}: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + " of "
+      f"{len(table)} comparisons. These are an embedded CPU model's results, not the paper's backbones.")
