@@ -50,7 +50,10 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
 
 
 def eval_samples(cfg: ExperimentConfig, dataset: str, lookback: int | None = None) -> list[Sample]:
+    """The config's seeded evaluation samples of `dataset`, at `lookback` days, else `cfg.lookback`, else the
+    dataset's own look-back."""
     samples = cohort(dataset, cfg).eval_samples(cfg.n_samples, cfg.seed)
+    lookback = lookback if lookback is not None else cfg.lookback
     return [with_lookback(s, lookback) for s in samples] if lookback is not None else samples
 
 
@@ -72,6 +75,7 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
 
     if samples is None:
         samples = cohort(dataset, cfg).eval_samples(cfg.n_samples, cfg.seed)
+        lookback = lookback if lookback is not None else cfg.lookback  # given samples keep their own look-back
     if lookback is not None:
         samples = [with_lookback(s, lookback) for s in samples]
     lb = samples[0].lookback if samples else int(lookback or 0)
