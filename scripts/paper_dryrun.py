@@ -2,24 +2,29 @@
 """`make paper-dryrun`: the paper profile end to end on loopback stand-ins, one sample per cell, then a check.
 
 What serves what (every address is 127.0.0.1; every process is started here and stopped on exit):
-- one llama.cpp server (llama-cpp-python's own app behind tests/strict_llama_server.py, which refuses foreign
-  model names like vLLM) per vLLM model id of the paper profile: Qwen/Qwen2.5-7B-Instruct,
-  mistralai/Mistral-7B-Instruct-v0.3, Qwen/Qwen2.5-14B-Instruct and the judge meta-llama/Llama-3.3-70B-Instruct,
-  each serving the embedded SmolLM2-135M under that id. These are the profile's `servers`, so balms routes each
-  model by /v1/models to its own server only.
+- two llama.cpp servers (llama-cpp-python's own app behind tests/strict_llama_server.py, which refuses foreign
+  model names like vLLM), each serving the embedded SmolLM2-135M under two of the paper profile's vLLM model ids:
+  A = Qwen/Qwen2.5-7B-Instruct + mistralai/Mistral-7B-Instruct-v0.3, B = Qwen/Qwen2.5-14B-Instruct + the judge
+  meta-llama/Llama-3.3-70B-Instruct. They are the profile's `servers`, so balms routes each model by /v1/models
+  to the one server that lists it; each server logs every name it was sent, and the check requires that no call
+  was refused (a mis-routed call would be a 404) and that every id reached its server.
 - a reasoning stand-in for deepseek-ai/DeepSeek-R1-Distill-Qwen-14B: a thin OpenAI-compatible proxy (listed in
-  `servers` too) that forwards to a hidden llama.cpp server and wraps the answer as `<think>...</think>answer`,
-  what an R1 distill writes when vLLM runs without a reasoning parser.
+  `servers` too, refusing other names) that forwards to a third, hidden llama.cpp server and wraps the answer as
+  `<think>...</think>answer`, what an R1 distill writes when vLLM runs without a reasoning parser.
 - an Anthropic stand-in speaking Messages and Message Batches (tests/fake_servers.py's FakeAnthropicBatchServer
   with its model answers taken from the hidden llama.cpp server); the official `anthropic` client reaches it via
   ANTHROPIC_BASE_URL with a dummy key, and `anthropic_batch: true` sends Claude's single-call cells as batches.
 
-Then `make paper PROFILE=paper YES=1` with small budgets (P overrides), writing only under build/paper-dryrun/
+Then `make paper PROFILE=paper YES=1` (the plan first, then notebooks 00-07) with P overrides that keep every
+artefact but shrink each call (P_OVERRIDES says why each), writing only under build/paper-dryrun/
 (BALMS_OUTPUT_DIR, BALMS_RUNS_DIR, BALMS_CACHE_DIR, EXEC_DIR), and a check that every backbone and the judge
 appear in every paper artefact (tables' CSVs, the artefact index, the figures' panel lists), one panel per
-backbone where the paper has one, and that the batch and reasoning stand-ins were used.
+backbone where the paper has one, no record with an error, and that the batch and reasoning stand-ins were used.
 
-    python scripts/paper_dryrun.py [--timeout-s 1500] [--make make]     # exit 0 = every check passed
+The whole run has a deadline (--timeout-s, 15 minutes): past it the notebooks are stopped and the run fails, so
+CI fails rather than overruns.
+
+    python scripts/paper_dryrun.py [--timeout-s 900] [--make make] [--threads N]   # exit 0 = every check passed
 """
 
 from __future__ import annotations
@@ -41,21 +46,34 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 BUILD = ROOT / "build" / "paper-dryrun"
-VLLM_IDS = {  # registry name -> served id, each on its own llama.cpp server
-    "Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B-Instruct",
-    "Mistral-7B-Instruct-v0.3": "mistralai/Mistral-7B-Instruct-v0.3",
-    "Qwen2.5-14B-Instruct": "Qwen/Qwen2.5-14B-Instruct",
-    "Llama-3.3-70B-Instruct": "meta-llama/Llama-3.3-70B-Instruct",
+# the paper profile's vLLM model ids, two per llama.cpp server (registry name -> served id)
+LLAMA_GROUPS = {
+    "A": {"Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B-Instruct",
+          "Mistral-7B-Instruct-v0.3": "mistralai/Mistral-7B-Instruct-v0.3"},
+    "B": {"Qwen2.5-14B-Instruct": "Qwen/Qwen2.5-14B-Instruct",
+          "Llama-3.3-70B-Instruct": "meta-llama/Llama-3.3-70B-Instruct"},
 }
+VLLM_IDS = {name: mid for group in LLAMA_GROUPS.values() for name, mid in group.items()}
 REASONING = ("DeepSeek-R1-Distill-Qwen-14B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B")
 UPSTREAM_ALIAS = "smollm2-135m-dryrun-upstream"  # the hidden server behind the proxies (not in `servers`)
-# one sample per cell and small budgets: a plumbing run, its numbers mean nothing
+N_CTX = 4096  # the longest dry-run prompt (a judge conversation with its repair turn) is ~2,500 SmolLM2 tokens
+# One sample per cell and every artefact kept, each call made small: a plumbing run, its numbers mean nothing.
+# Every notebook runs every backbone; what is cut is what no check reads:
 P_OVERRIDES = [
-    ("n_samples", "1"), ("lookbacks", "[7, 14]"), ("raptor_memory", "lookback"), ("concurrency", "1"),
-    ("zs_max_tokens", "16"), ("cot_max_tokens", "48"), ("phia_max_iters", "2"), ("phia_step_tokens", "96"),
-    ("raptor_summary_tokens", "24"), ("judge_max_tokens", "256"), ("reasoning_zs_max_tokens", "32"),
-    ("reasoning_cot_max_tokens", "64"), ("reasoning_phia_step_tokens", "96"), ("anthropic_batch", "true"),
+    ("n_samples", "1"),
+    # a 2-day window for every dataset (same target days): RAPTOR summarises one day instead of 6 or 13 (a day
+    # summary is ~1,000 SmolLM2 tokens on PMData and DiversityOne: half of notebook 01's tokens at 3 days)
+    ("lookback", "2"), ("lookbacks", "[2, 3]"), ("raptor_memory", "lookback"),
+    ("concurrency", "1"),
+    ("zs_max_tokens", "16"), ("cot_max_tokens", "32"), ("phia_max_iters", "1"), ("phia_step_tokens", "48"),
+    ("raptor_summary_tokens", "16"), ("judge_max_tokens", "96"), ("reasoning_zs_max_tokens", "24"),
+    ("reasoning_cot_max_tokens", "40"), ("reasoning_phia_step_tokens", "56"),
+    # 04's GLOBEM sensor-set ablation on Health-LLM only, 05 on the faithful executor only (01's PHIA cells):
+    # both notebooks still run every backbone through the same routing
+    ("ablation_systems", "[healthllm]"), ("executors", "[faithful]"),
+    ("anthropic_batch", "true"),
 ]
+DEADLINE_S = 900  # 15 minutes on 2 cores, servers to verdict
 START_TIMEOUT_S = 120
 
 
@@ -140,22 +158,30 @@ class Servers:
         self.procs: list[tuple[subprocess.Popen, str, Path]] = []
         self.proxies = []
         self.urls: dict[str, str] = {}
+        self.request_logs: dict[str, Path] = {}
 
-    def start_llama(self, alias: str, model_path: str, threads: int) -> str:
+    def start_llama(self, name: str, aliases: list[str], model_path: str, threads: int) -> str:
+        """A strict llama.cpp server serving `model_path` under each of `aliases`; logs every name it is sent."""
         port = free_port()
         cfg = {"host": "127.0.0.1", "port": port,
-               "models": [{"model": model_path, "model_alias": alias, "n_ctx": 8192, "n_threads": threads,
-                           "n_threads_batch": threads, "verbose": False}]}
-        name = alias.replace("/", "_")
+               "models": [{"model": model_path, "model_alias": alias, "n_ctx": N_CTX, "n_threads": threads,
+                           "n_threads_batch": threads, "verbose": False} for alias in aliases]}
         (self.workdir / f"{name}.json").write_text(json.dumps(cfg))
         log = self.workdir / f"{name}.log"
+        self.request_logs[name] = self.workdir / f"{name}.requests"
         proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "strict_llama_server.py"), "--config_file",
-                                 str(self.workdir / f"{name}.json")], stdout=open(log, "wb"),
-                                stderr=subprocess.STDOUT, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
-                                start_new_session=True)
+                                 str(self.workdir / f"{name}.json"), "--request-log", str(self.request_logs[name])],
+                                stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                                env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, start_new_session=True)
         url = f"http://127.0.0.1:{port}"
         self.procs.append((proc, url, log))
         return url
+
+    def requests_seen(self, name: str) -> list[tuple[int, str]]:
+        """(status, model) of every POST server `name` was sent."""
+        p = self.request_logs[name]
+        lines = p.read_text(encoding="utf-8").splitlines() if p.exists() else []
+        return [(int(a), b) for a, b in (ln.split(" ", 1) for ln in lines if ln.strip())]
 
     def wait_ready(self) -> None:
         import httpx
@@ -277,14 +303,72 @@ def check(out_dir: Path, backbones: list[str], judge: str, counters: dict) -> li
 
 
 # ------------------------------------------------------------------------------------------------- main
+def default_threads() -> int:
+    """llama.cpp threads per server: every core on an idle machine; one when the machine is already busy.
+
+    An oversubscribed multi-threaded llama.cpp spins at its barriers: measured here with the 1-min load average
+    at 8.5 on 2 cores, SmolLM2 prompt processing ran at 21 tok/s with 2 threads against 49 tok/s with 1."""
+    cores = os.cpu_count() or 1
+    busy = os.getloadavg()[0] > max(1.0, cores - 0.5)
+    return 1 if busy or cores < 2 else min(2, cores)
+
+
+def routing_problems(srv: "Servers", reasoning, anthropic) -> list[str]:
+    """Every vLLM id reached its own llama.cpp server and no server refused a name (a mis-routed call is a 404)."""
+    problems = []
+    for name, group in LLAMA_GROUPS.items():
+        seen = srv.requests_seen(name)
+        refused = sorted({m for st, m in seen if st != 200})
+        got = {mid: sum(1 for st, m in seen if st == 200 and m == mid) for mid in group.values()}
+        ok = not refused and all(got.values())
+        print(("  ok   " if ok else "  FAIL ") + f"server {name} {srv.urls_by_group[name]}: "
+              + ", ".join(f"{m} {n} call(s)" for m, n in got.items())
+              + (f"; refused {refused}" if refused else "; nothing refused"))
+        if not ok:
+            problems.append(f"server {name}: calls {got}, refused {refused}")
+    foreign = sorted({r.get("model") for r in reasoning.requests} - {REASONING[1]})
+    ok = not foreign
+    print(("  ok   " if ok else "  FAIL ") + f"reasoning stand-in: {len(reasoning.requests)} call(s), "
+          + (f"foreign names {foreign}" if foreign else f"all for {REASONING[1]}"))
+    if not ok:
+        problems.append(f"reasoning stand-in was sent {foreign}")
+    up = srv.requests_seen("upstream")
+    bad = sorted({m for st, m in up if st != 200})
+    print(("  ok   " if not bad else "  FAIL ") + f"hidden upstream: {len(up)} call(s) from the two proxies"
+          + (f"; refused {bad}" if bad else ""))
+    if bad:
+        problems.append(f"hidden upstream refused {bad}")
+    return problems
+
+
+def record_problems(runs: Path) -> list[str]:
+    """No prediction record carries an error (a refused or failed call would)."""
+    n, errs = 0, []
+    for f in sorted(runs.rglob("*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                n += 1
+                err = json.loads(line).get("error")
+                if err:
+                    errs.append(f"{f.relative_to(runs)}: {err.splitlines()[0][:200]}")
+    print(("  ok   " if n and not errs else "  FAIL ") + f"{n} prediction records, {len(errs)} with an error")
+    for e in errs[:5]:
+        print("         " + e)
+    return [f"{len(errs)} record(s) with an error"] if errs else ([] if n else ["no prediction records"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--timeout-s", type=float, default=1500, help="stop the notebooks after this long")
+    ap.add_argument("--timeout-s", type=float, default=DEADLINE_S,
+                    help=f"deadline of the whole run, servers to verdict (default {DEADLINE_S} s); past it: fail")
     ap.add_argument("--make", default=os.environ.get("MAKE", "make"))
     ap.add_argument("--venv", default=os.environ.get("VENV", ".venv"))
-    ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads per server")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="llama.cpp threads per server (default 2; 1 when the load average says the cores are busy)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
+    deadline = t0 + a.timeout_s
+    threads = a.threads or default_threads()
     from balms.models.gguf_assets import gguf_path
     from balms.models.registry import JUDGE_MODEL
 
@@ -299,6 +383,7 @@ def main(argv=None) -> int:
     model = str(gguf_path("smollm2-135m"))
 
     srv = Servers(BUILD / "servers")
+    srv.urls_by_group = {}
 
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)  # unwinds through `finally`: every server stops
@@ -306,24 +391,30 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     make = None
+    load0 = os.getloadavg()
     try:
-        for name, mid in VLLM_IDS.items():
-            srv.urls[name] = srv.start_llama(mid, model, a.threads)
-        upstream = srv.start_llama(UPSTREAM_ALIAS, model, a.threads)
+        for name, group in LLAMA_GROUPS.items():
+            url = srv.start_llama(name, list(group.values()), model, threads)
+            srv.urls_by_group[name] = url
+            for reg in group:
+                srv.urls[reg] = url
+        upstream = srv.start_llama("upstream", [UPSTREAM_ALIAS], model, threads)
         srv.wait_ready()
         reasoning, anthropic = make_proxies(upstream)
         srv.proxies = [reasoning.start(), anthropic.start()]
         srv.urls[REASONING[0]] = reasoning.url
-        servers = [u + "/v1" for u in srv.urls.values()]
-        say(f"{len(srv.procs)} llama.cpp servers (SmolLM2-135M) and 2 proxies up in {time.monotonic() - t0:.0f} s:")
+        servers = list(dict.fromkeys(u + "/v1" for u in srv.urls.values()))
+        say(f"{len(srv.procs)} llama.cpp servers (SmolLM2-135M, {threads} thread(s) each, n_ctx {N_CTX}) and 2 "
+            f"proxies up in {time.monotonic() - t0:.0f} s; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}:")
         for name, u in srv.urls.items():
             print(f"    {name:30s} {u}")
         print(f"    {'(hidden upstream)':30s} {upstream}\n    {'Claude-Haiku-4.5 (Anthropic)':30s} {anthropic.url}")
         from balms.models.routing import check_models
 
         routes = check_models(list(VLLM_IDS) + [REASONING[0]], servers)
-        assert all(len(v) == 1 for v in routes.values()), f"each model must route to exactly one server: {routes}"
-        p = " ".join(f"-p {k} {v!r}" if " " in v else f"-p {k} {v}" for k, v in P_OVERRIDES)
+        assert all(v == [srv.urls[k] + "/v1"] for k, v in routes.items()), \
+            f"each model must route to exactly its own server: {routes}"
+        p = " ".join(f"-p {k} {v!r}" if " " in v or "[" in v else f"-p {k} {v}" for k, v in P_OVERRIDES)
         p += f" -p servers '{json.dumps(servers)}'"
         env = {k: v for k, v in os.environ.items() if k not in ("BALMS_VLLM_BASE_URLS", "BALMS_P")}
         env.update(BALMS_OUTPUT_DIR=str(BUILD / "out"), BALMS_RUNS_DIR=str(BUILD / "runs"),
@@ -336,11 +427,12 @@ def main(argv=None) -> int:
         t_nb = time.monotonic()
         make = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
         try:
-            rc = make.wait(timeout=a.timeout_s)
+            rc = make.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(make.pid, signal.SIGTERM)
             make.wait(30)
-            say(f"FAILED: the notebooks did not finish within {a.timeout_s:g} s")
+            say(f"FAILED: past the {a.timeout_s:g} s deadline ({time.monotonic() - t0:.0f} s wall, notebooks "
+                f"stopped after {time.monotonic() - t_nb:.0f} s; load average {os.getloadavg()[0]:.2f})")
             return 1
         say(f"notebooks finished in {time.monotonic() - t_nb:.0f} s (make exit {rc})")
         if rc != 0:
@@ -349,15 +441,20 @@ def main(argv=None) -> int:
         counters = {"batches": len(anthropic.batches),
                     "batch_requests": sum(len(b["requests"]) for b in anthropic.batches.values()),
                     "direct": anthropic.direct, "reasoning": len(reasoning.requests)}
-        say("check: every backbone and the judge in every paper artefact")
+        say("check: routing, records, and every backbone and the judge in every paper artefact")
+        problems = routing_problems(srv, reasoning, anthropic) + record_problems(BUILD / "runs")
         backbones = list(VLLM_IDS)[:3] + [REASONING[0], "Claude-Haiku-4.5"]
         from balms.experiments.config import load
 
         paper = load("paper")
         backbones = [b for b in paper.backbones if b in backbones]
-        problems = check(BUILD / "out", backbones, JUDGE_MODEL, counters)
-        say(f"{'PASSED' if not problems else f'FAILED ({len(problems)} problem(s))'} in "
-            f"{time.monotonic() - t0:.0f} s wall")
+        assert len(backbones) == 5, f"the paper profile's backbones changed: {paper.backbones}"
+        problems += check(BUILD / "out", backbones, JUDGE_MODEL, counters)
+        wall = time.monotonic() - t0
+        load1 = os.getloadavg()
+        say(f"{'PASSED' if not problems else f'FAILED ({len(problems)} problem(s))'} in {wall:.0f} s wall "
+            f"(deadline {a.timeout_s:g} s); load average at start {load0[0]:.2f}, at end {load1[0]:.2f} "
+            f"{load1[1]:.2f} {load1[2]:.2f}")
         return 0 if not problems else 1
     finally:
         if make is not None and make.poll() is None:

@@ -13,6 +13,7 @@ import pytest
 
 from balms import experiments as ex
 from balms.experiments import cohorts
+from balms.experiments.grid import eval_samples
 from balms.judges.rubric import TIER1, TIER2
 from balms.models.base import Completion
 
@@ -85,6 +86,20 @@ def test_with_lookback_keeps_target_and_window_end(env):
     t = ex.with_lookback(s, 7)
     assert (t.target_date, t.window_end, t.lookback) == (s.target_date, s.window_end, 7)
     assert len(t.window_dates) == 7
+
+
+def test_config_lookback_cuts_every_cell_window_on_the_same_target_days(env):
+    cfg, backend = env
+    own = eval_samples(cfg, "pmdata")
+    short = eval_samples(cfg.replace(lookback=3), "pmdata")
+    assert own[0].lookback == 14 and {s.lookback for s in short} == {3}
+    assert [(s.user, s.target_date, s.window_end) for s in short] == [
+        (s.user, s.target_date, s.window_end) for s in own]
+    assert eval_samples(cfg.replace(lookback=3), "pmdata", lookback=7)[0].lookback == 7  # an explicit sweep wins
+    df = ex.run_grid(cfg.replace(lookback=3, n_samples=1))
+    assert list(df["lookback"]) == [3]
+    with pytest.raises(ex.ConfigError, match="lookback"):
+        cfg.replace(lookback=0)
 
 
 def test_summarize_and_table3_layout(env):

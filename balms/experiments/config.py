@@ -60,6 +60,9 @@ class ExperimentConfig(BaseModel):
     reasoning_phia_step_tokens: int = 2048
     raptor_summary_tokens: int = 48  # max tokens of one RAPTOR day summary
     raptor_memory: Literal["lookback", "history"] = "lookback"  # history = every earlier day (the paper's)
+    # look-back (days) of every cell outside notebook 03's sweep; None = each dataset's own (DiversityOne 7,
+    # PMData and GLOBEM 14). Same target days either way: the window is cut to its last `lookback` days.
+    lookback: int | None = None
     # look-back sweep (notebook 03)
     lookbacks: list[int] = [7, 14, 28]
     horizon_datasets: list[str] = ["pmdata", "globem"]
@@ -102,6 +105,13 @@ class ExperimentConfig(BaseModel):
         bad = [s for s in v or [] if s not in SYSTEMS]
         if bad:
             raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+        return v
+
+    @field_validator("lookback")
+    @classmethod
+    def _positive_lookback(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError("must be >= 1 day (or null: each dataset's own look-back)")
         return v
 
     @field_validator("n_samples", "concurrency", "phia_max_iters", "reasoning_zs_max_tokens",

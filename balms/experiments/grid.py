@@ -51,8 +51,10 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
 
 def eval_samples(cfg: ExperimentConfig, dataset: str, lookback: int | None = None, *, system: str | None = None,
                  cot: bool = False) -> list[Sample]:
-    """A cell's evaluation samples (`cfg.n_for`), with the look-back changed where one is given."""
+    """A cell's seeded evaluation samples (`cfg.n_for`) of `dataset`, at `lookback` days, else `cfg.lookback`, else
+    the dataset's own look-back."""
     samples = cohort(dataset, cfg).eval_samples(cfg.n_for(dataset, system, cot), cfg.seed)
+    lookback = lookback if lookback is not None else cfg.lookback
     return [with_lookback(s, lookback) for s in samples] if lookback is not None else samples
 
 
@@ -74,7 +76,7 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
 
     if samples is None:
         samples = eval_samples(cfg, dataset, lookback, system=system, cot=cot)
-    elif lookback is not None:
+    elif lookback is not None:  # given samples keep their own look-back unless one is asked for
         samples = [with_lookback(s, lookback) for s in samples]
     lb = samples[0].lookback if samples else int(lookback or 0)
     agent = make_agent(system, cot=cot, **agent_options(cfg, system, cot, options, model=model))

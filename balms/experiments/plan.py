@@ -387,8 +387,8 @@ def build_plan(
     cohorts = {d: cohort(d, cfg) for d in datasets}
     plan.data_sources = {d: co.source for d, co in cohorts.items()}
     default_lb = {}
-    for d, co in cohorts.items():
-        ev = co.eval_samples(cfg.n_samples, cfg.seed)
+    for d in cohorts:
+        ev = eval_samples(cfg, d)
         default_lb[d] = ev[0].lookback if ev else 0
     sets = {}
     if "globem" in cohorts:
