@@ -30,7 +30,7 @@ RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
-        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-judge clean-runs lint export-responses \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-judge bench-roles clean-runs lint export-responses \
         replay-check plan plan-confirm paper-dryrun FORCE
 
 help: ## List the targets
@@ -171,6 +171,9 @@ bench-sandbox: ## Sandbox round-trip latency, persistent worker vs fresh process
 
 bench-llama: ## llama.cpp prompt/generation speed: installed build vs the portable AVX2 wheel
 	$(PY) bench/bench_llama.py
+
+bench-roles: ## Embedded models per agent role on real prompts: parse, code-block rates, s per call (bench/roles.json)
+	$(PY) bench/bench_roles.py --out bench/roles.json
 
 bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct overall scores, s per rationale
 	$(PY) bench/bench_judge.py --out bench/judge.json

@@ -13,6 +13,11 @@ F5 schema-blind aggregation: `.sum()` / `.mean()` (or np.sum/np.mean/sum) over a
    (`subday_df`, `subday` in older records, and names assigned from them) with no groupby/resample/pivot
    and no filter to one date.
 
+`taxonomy_table` counts them per group (with `code_window_rate`, the share of episodes in which at least one
+model-written block ran: without code, F1/F2/F4/F5 cannot occur); `failure_rates` gives events per window with
+participant-bootstrap intervals for figures; `paper_rates` reads the paper's Appendix B.2 rates from the packaged
+transcription (balms/resources/paper_tables/headline_figures.csv).
+
 Detectors only read PredictionRecord transcripts: Step(kind="code"), Step(kind="observation",
 meta={"status", "error_type"}), Step(kind="forced_finish").
 """
@@ -273,10 +278,61 @@ def taxonomy_table(records, by: Iterable[str] = ("dataset", "model", "executor")
     for key, g in tt.groupby(by, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         row = dict(zip(by, key, strict=True)) | {"n_windows": len(g), "n_code_blocks": int(g["n_code_blocks"].sum()),
-                                     "n_unparseable_blocks": int(g["n_unparseable_blocks"].sum())}
+                                     "n_unparseable_blocks": int(g["n_unparseable_blocks"].sum()),
+                                     # share of episodes in which the sandbox ran at least one block the model wrote
+                                     "code_window_rate": float((g["n_code_blocks"] > 0).mean())}
         for f in FAILURES:
             row[f"{f}_events"] = int(g[f].sum())
             row[f"{f}_per_window"] = float(g[f].mean())
             row[f"{f}_window_rate"] = float((g[f] > 0).mean())
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def failure_rates(records, by: Iterable[str] = ("dataset", "model", "executor"), *, n_boot: int = 2000, seed: int = 0,
+                  subday_frames: Iterable[str] = SUBDAY_FRAMES) -> pd.DataFrame:
+    """Long format for figures: per group and failure, events per window with a 95% participant-bootstrap
+    interval (`per_window`, `ci_low`, `ci_high`) and the number of windows."""
+    from balms.metrics import mean_ci
+
+    tt = trace_table(records, subday_frames=subday_frames)
+    if "user" not in tt:
+        raise ValueError("records have no 'user' field: the interval resamples participants")
+    by = list(by)
+    rows = []
+    for key, g in tt.groupby(by, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        for f in FAILURES:
+            m, lo, hi = mean_ci(g[f].to_numpy(dtype=float), g["user"].to_numpy(), n_boot=n_boot, seed=seed)
+            rows.append(dict(zip(by, key, strict=True)) | {"failure": f, "per_window": m, "ci_low": lo, "ci_high": hi,
+                                                           "n_windows": len(g)})
+    return pd.DataFrame(rows)
+
+
+# The paper's Appendix B.2 numbers (balms/resources/paper_tables/headline_figures.csv): which claim is which rate
+_PAPER_CLAIMS = {
+    "PHIA empty observations per traced window GLOBEM": ("globem", "F1"),
+    "PHIA empty observations per traced window PMData": ("pmdata", "F1"),
+    "PHIA force-finished traced PMData windows": ("pmdata", "F3"),
+}
+
+
+def paper_rates() -> pd.DataFrame:
+    """The paper's per-window failure rates (Qwen2.5-14B, traced windows): dataset, failure, per_window, value as
+    printed. "2.0 (168 events / 82 windows)" is 2.0 events per window; "8 of 10" (F3, at most one event per
+    window) is 0.8. Read from the packaged transcription, so a figure marks what the CSV says."""
+    from balms.paper import paper_table
+
+    head = paper_table("headline_figures")
+    rows = []
+    for claim, (dataset, failure) in _PAPER_CLAIMS.items():
+        got = head.loc[head["claim"] == claim, "value"]
+        if got.empty:
+            raise ValueError(f"headline_figures.csv: no row with claim {claim!r}")
+        text = str(got.iloc[0])
+        m = re.match(r"\s*(\d+(?:\.\d+)?)(?:\s+of\s+(\d+))?", text)
+        if not m:
+            raise ValueError(f"headline_figures.csv: claim {claim!r} has no leading number: {text!r}")
+        value = float(m.group(1)) / (float(m.group(2)) if m.group(2) else 1.0)
+        rows.append({"dataset": dataset, "failure": failure, "per_window": value, "printed": text})
     return pd.DataFrame(rows)

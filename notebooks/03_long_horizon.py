@@ -28,6 +28,9 @@ cache_mode = None
 concurrency = None
 phia_max_iters = None
 phia_step_tokens = None
+phia_primer = None
+phia_fence_stop = None
+system_backbones = None
 zs_max_tokens = None
 cot_max_tokens = None
 raptor_summary_tokens = None
@@ -53,7 +56,7 @@ src, cap = report.source_label(recs["source"]), report.model_caption(ex.models_r
 # %%
 swept = cfg.horizon_systems or cfg.systems
 print(f"Systems in this sweep: {', '.join(swept)}; left out: {', '.join(s for s in cfg.systems if s not in swept) or 'none'}"
-      f" (profile {cfg.profile!r}; RAPTOR costs one LLM summary per day of memory). Backbone: {model}.")
+      f" (profile {cfg.profile!r}; RAPTOR costs one LLM summary per day of memory). Backbones: {cap}.")
 
 # %% [markdown]
 # ## Figure 5: MAE vs look-back
@@ -62,7 +65,7 @@ print(f"Systems in this sweep: {', '.join(swept)}; left out: {', '.join(s for s 
 fig = report.facet(summary, kind="line", x="lookback", y="mae", hue="system", col="dataset",
                    title=f"MAE vs look-back (target day fixed), {cap}; data: {src}; n per cell={recs.groupby(['dataset', 'system', 'lookback']).size().max()}")
 report.save_figure(fig, "fig5_mae_vs_lookback", artefact="Figure 5", notebook=NB, source=src, profile=cfg.profile,
-                   models=[model], n=len(recs))
+                   models=ex.models_run(recs), n=len(recs))
 first, last = min(cfg.lookbacks), max(cfg.lookbacks)
 chg = summary.set_index(["dataset", "system", "lookback"])["mae"].unstack("lookback")
 chg["relative_change_%d_to_%d" % (first, last)] = (chg[last] - chg[first]) / chg[first]
@@ -71,7 +74,7 @@ chg["paper_claim"] = chg.apply(lambda r: {("pmdata", "rag"): "about -29%", ("glo
                                           ("pmdata", "phia"): "flat"}.get((r.dataset, r.system), ""), axis=1)
 chg.columns = [str(c) for c in chg.columns]
 report.save_table(chg, "fig5_lookback_change", artefact="Figure 5 (table)", notebook=NB, source=src, profile=cfg.profile,
-                  models=[model], n=len(recs), caption="MAE per look-back and relative change, paper claims beside")
+                  models=ex.models_run(recs), n=len(recs), caption="MAE per look-back and relative change, paper claims beside")
 chg.round(3)
 
 # %%
@@ -80,14 +83,14 @@ PAPER_FIG5 = {("pmdata", "rag"): -0.29, ("globem", "rag"): -0.09, ("pmdata", "ph
 rc = "relative_change_%d_to_%d" % (first, last)
 for line in claims.relative_change_sentences(chg, change_col=rc, paper=PAPER_FIG5):
     print(line)
-both = pd.concat([chg[["dataset", "system", rc]].rename(columns={rc: "relative change"}).assign(who=f"ours ({model})"),
+both = pd.concat([chg[["dataset", "system", rc]].rename(columns={rc: "relative change"}).assign(who=f"ours ({cap})"),
                   pd.DataFrame([{"dataset": d, "system": s_, "relative change": v, "who": "paper (Qwen2.5-14B)"}
                                 for (d, s_), v in PAPER_FIG5.items() if d in set(chg.dataset)])], ignore_index=True)
 fig = report.facet(both, kind="bar", x="system", y="relative change", hue="who", col="dataset",
                    title=f"Relative MAE change, shortest -> longest look-back (ours {first} -> {last} days; paper: its "
                          f"Section 4.3 figures, PHIA 'flat' drawn as 0); ours: {cap}; data: {src}")
 report.save_figure(fig, "fig5_relative_change_vs_paper", artefact="Figure 5 (vs paper)", notebook=NB, source=src,
-                   profile=cfg.profile, models=[model], n=len(recs))
+                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 
 # %% [markdown]
 # ## Figure 7: latency vs look-back
@@ -96,7 +99,7 @@ report.save_figure(fig, "fig5_relative_change_vs_paper", artefact="Figure 5 (vs 
 fig = report.facet(summary, kind="line", x="lookback", y="mean_latency_s", hue="system", col="dataset",
                    title=f"Mean latency per sample vs look-back, {cap}; data: {src}")
 report.save_figure(fig, "fig7_latency_vs_lookback", artefact="Figure 7", notebook=NB, source=src,
-                   profile=cfg.profile, models=[model], n=len(recs))
+                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 
 # %% [markdown]
 # ## Figure 2: prompt tokens vs look-back
@@ -105,9 +108,9 @@ report.save_figure(fig, "fig7_latency_vs_lookback", artefact="Figure 7", noteboo
 fig = report.facet(summary, kind="line", x="lookback", y="mean_prompt_tokens", hue="system", col="dataset",
                    title=f"Prompt tokens per sample vs look-back ({cap} tokenizer); data: {src}")
 report.save_figure(fig, "fig2_tokens_vs_lookback", artefact="Figure 2", notebook=NB, source=src,
-                   profile=cfg.profile, models=[model], n=len(recs))
+                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 report.save_table(summary, "long_horizon_cells", artefact="Figures 2, 5, 7 (cells)", notebook=NB, source=src,
-                  profile=cfg.profile, models=[model], n=len(recs), caption="per look-back cells")
+                  profile=cfg.profile, models=ex.models_run(recs), n=len(recs), caption="per look-back cells")
 summary[["dataset", "system", "lookback", "mae", "mean_latency_s", "mean_prompt_tokens"]].round(2)
 
 # %%

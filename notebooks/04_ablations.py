@@ -30,6 +30,9 @@ cache_mode = None
 concurrency = None
 phia_max_iters = None
 phia_step_tokens = None
+phia_primer = None
+phia_fence_stop = None
+system_backbones = None
 zs_max_tokens = None
 cot_max_tokens = None
 raptor_summary_tokens = None
@@ -56,7 +59,7 @@ for cot in (False, True):
 recs = pd.concat(parts, ignore_index=True)
 summary = ex.summarize(recs, by=["dataset", "system", "model", "cot", "channel_set"], cfg=cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
-cap = report.model_caption(cfg.backbones)
+cap = report.model_caption(ex.models_run(recs))
 
 # %% [markdown]
 # ## Table 4, paper beside ours
@@ -69,7 +72,7 @@ paper4 = report.paper_table("table4_globem_sensor_sets")
 t4 = pd.concat([paper4.assign(who="paper"), ours.rename(columns={"model": "backbone"}).assign(who="ours")],
                ignore_index=True)
 report.save_table(t4, "table4_globem_sensor_sets", artefact="Table 4", notebook=NB, source=src, profile=cfg.profile,
-                  models=cfg.backbones, n=len(recs), caption=f"GLOBEM full vs Fitbit-only MAE; ours: {cap}")
+                  models=ex.models_run(recs), n=len(recs), caption=f"GLOBEM full vs Fitbit-only MAE; ours: {cap}")
 t4.round(3)
 
 # %%
@@ -81,7 +84,7 @@ long4 = t4.melt(id_vars=["who", "backbone", "system"], value_vars=[c for c in co
 fig = report.facet(long4, kind="bar", x="system", y="MAE", hue="setting", col="panel", col_wrap=3,
                    title=f"Table 4: GLOBEM Full vs Fitbit-only MAE, paper backbones and ours ({cap}); data: {src}")
 report.save_figure(fig, "table4_globem_vs_paper", artefact="Table 4 (figure, vs paper)", notebook=NB, source=src,
-                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 
 # %%
 # Fitbit-only minus full, paired on the same samples (ours), and the paper's sign per backbone
@@ -117,14 +120,14 @@ pm_parts = [
 pm_recs = pd.concat(pm_parts, ignore_index=True)
 pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"], cfg=cfg)
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
-                  source=report.source_label(pm_sum["source"]), profile=cfg.profile, models=cfg.backbones,
+                  source=report.source_label(pm_sum["source"]), profile=cfg.profile, models=ex.models_run(pm_recs),
                   n=len(pm_recs), caption=f"PMData Health-LLM MAE by channel set; {cap}")
 fig = report.facet(pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
                               pm_sum.assign(x=pm_sum.channel_set)], ignore_index=True),
                    kind="bar", x="x", y="mae", hue="system", col="dataset", sharex=False, aspect=1.4,
                    title=f"Channel-set ablations, {cap}; data: {src}")
 report.save_figure(fig, "table4_ablation", artefact="Table 4 (figure)", notebook=NB, source=src,
-                   profile=cfg.profile, models=cfg.backbones, n=len(recs) + len(pm_recs))
+                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs) + len(pm_recs))
 pm_sum.round(3)
 
 # %%

@@ -38,6 +38,9 @@ cot_max_tokens = None
 raptor_summary_tokens = None
 raptor_memory = None
 executors = None
+phia_primer = None
+phia_fence_stop = None
+system_backbones = None
 
 # %%
 import pandas as pd
@@ -50,7 +53,14 @@ NB = "05_phia_failures"
 recs = pd.concat([ex.run_grid(cfg, systems=["phia"], options={"executor": e}, keep_transcript=True).assign(executor=e)
                   for e in cfg.executors], ignore_index=True)
 src = report.source_label(recs["source"])
-cap = report.model_caption(cfg.backbones)
+models = ex.models_run(recs)  # PHIA's backbone as recorded (the profile may give PHIA its own: system_backbones)
+cap = report.model_caption(models)
+opts = recs["options"]
+print(f"{len(recs)} PHIA episodes ({', '.join(f'{e}: {n}' for e, n in recs.executor.value_counts().items())}); "
+      f"models: {cap}; data: {src}; per-step budget {sorted(set(opts.map(lambda o: o['max_tokens'])))} tokens, "
+      f"at most {sorted(set(opts.map(lambda o: o['max_iters'])))} steps; prompt primer (ours, 'none' = the plain "
+      f"prompt): {sorted(set(opts.map(lambda o: o.get('primer', 'none'))))}; code-fence stop (ours): "
+      f"{sorted(set(opts.map(lambda o: bool(o.get('fence_stop')))))}.")
 
 # %% [markdown]
 # ## Table 7: mode collapse, paper beside ours
@@ -63,7 +73,7 @@ mc = mc.merge(mae, on=["dataset", "model", "executor"])
 p7 = report.paper_table("table7_phia_mode_collapse").assign(dataset=lambda d: d.dataset.str.lower())
 t7 = p7.add_prefix("paper_").rename(columns={"paper_dataset": "dataset"}).merge(mc, on="dataset", how="right")
 report.save_table(t7, "table7_phia_mode_collapse", artefact="Table 7", notebook=NB, source=src, profile=cfg.profile,
-                  models=cfg.backbones, n=len(recs), caption=f"PHIA mode collapse; ours: {cap}")
+                  models=models, n=len(recs), caption=f"PHIA mode collapse; ours: {cap}")
 t7.round(3)
 
 # %%
@@ -75,7 +85,7 @@ long7 = pd.concat([p7l[p7l.dataset.isin(mc.dataset)], o7l], ignore_index=True).m
 fig = report.facet(long7, kind="bar", x="dataset", y="value", hue="who", col="measure", sharey=False,
                    title=f"Table 7: PHIA mode rate and MAE, paper vs ours ({cap}); data: {src}")
 report.save_figure(fig, "table7_phia_mode_collapse", artefact="Table 7 (figure)", notebook=NB, source=src,
-                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+                   profile=cfg.profile, models=models, n=len(recs))
 for _, r in t7.iterrows():
     print(f"{r.dataset} {r.model} {r.executor}: modal label {r.modal_label} in {claims.pct(r.mode_rate)} of {r.n_windows} "
           f"windows (paper: {r.paper_modal_label} in {claims.pct(r.paper_mode_rate)} of "
@@ -90,24 +100,72 @@ for _, r in t7.iterrows():
 # %%
 tax = failures.taxonomy_table(recs, by=["dataset", "model", "executor"])
 report.save_table(tax, "phia_failure_taxonomy", artefact="Appendix B (F1-F5)", notebook=NB, source=src,
-                  profile=cfg.profile, models=cfg.backbones, n=len(recs),
+                  profile=cfg.profile, models=models, n=len(recs),
                   caption=f"PHIA failures per window, faithful vs improved executor; {cap}")
 tax.round(3)
 
+# %% [markdown]
+# Does the agent analyse the data at all? The share of episodes in which the sandbox ran at least one block the
+# model wrote, per executor (a PHIA that answers in prose never reaches the executor, and then F1, F2, F4 and F5
+# cannot occur):
+
 # %%
-rate_cols = [c for c in tax.columns if c.endswith("_per_window")]
-long = tax.melt(id_vars=["dataset", "executor"], value_vars=rate_cols, var_name="failure", value_name="per window")
-fig = report.facet(long, kind="bar", x="failure", y="per window", hue="executor", col="dataset",
-                   title=f"PHIA failures per window, {cap}; data: {src}")
-report.save_figure(fig, "phia_failures", artefact="Appendix B (figure)", notebook=NB, source=src,
-                   profile=cfg.profile, models=cfg.backbones, n=len(recs))
+tt = failures.trace_table(recs)
+code_rate = (tt.assign(has_code=tt.n_code_blocks > 0).groupby(["dataset", "model", "executor"])["has_code"].mean()
+             .unstack("executor"))
+for (d, m), r in code_rate.iterrows():
+    print(f"{d} {m}: at least one executed block in " + ", ".join(f"{claims.pct(v)} of {e} episodes"
+                                                                   for e, v in r.items()) + ".")
+code_rate.round(3)
 
 # %% [markdown]
-# Paper (Appendix B.2): 2.0 empty observations per traced GLOBEM window, 0.7 on PMData, 8 of 10 PMData windows
-# force-finished. Ours, per executor, from the table above:
+# ## Failures per window beside the paper's Appendix B
+# Bars: events per window with 95% participant-bootstrap intervals; black diamonds: the paper's rates on its
+# traced windows (Qwen2.5-14B), where the paper gives one.
 
 # %%
+rates = failures.failure_rates(recs, by=["dataset", "model", "executor"], seed=cfg.seed)
+paper_b = failures.paper_rates()
+paper_pts = {(r.dataset, r.failure): [r.per_window] for r in paper_b.itertuples()}
+fig = report.interval_bars(rates.assign(who=rates.executor + " (" + rates.model + ")"), x="failure", y="per_window",
+                           lo="ci_low", hi="ci_high", hue="who", col="dataset", ylabel="events per window",
+                           paper_points=paper_pts, paper_label="paper (Qwen2.5-14B, traced windows)",
+                           title=f"PHIA failures per window, {cap}; data: {src}; "
+                                 f"n={int(rates.n_windows.max())} windows per executor and dataset")
+report.save_figure(fig, "phia_failures", artefact="Appendix B (figure)", notebook=NB, source=src,
+                   profile=cfg.profile, models=models, n=len(recs))
+
+# %% [markdown]
+# The paper's rates and ours, per executor, from the two tables above (F3 counts at most one event per window):
+
+# %%
+ours = rates.set_index(["dataset", "failure", "executor"])
+for r in paper_b.itertuples():
+    if r.dataset not in set(rates.dataset):
+        continue
+    got = ours.loc[(r.dataset, r.failure)]
+    print(f"{r.failure} on {r.dataset}: paper {claims.fmt(r.per_window, 1)} per window ({r.printed}); ours "
+          + ", ".join(f"{e} {claims.fmt(g.per_window)} [{claims.fmt(g.ci_low)}, {claims.fmt(g.ci_high)}]"
+                      for e, g in got.iterrows()) + f" (n={int(got.n_windows.max())}).")
 for (d, m), g in tax.groupby(["dataset", "model"]):
-    rates = g.set_index("executor")[rate_cols]
-    print(f"{d} {m}: " + "; ".join(f"{c.replace('_per_window', '')} " + ", ".join(
-        f"{e} {claims.fmt(v)}" for e, v in rates[c].items()) for c in rate_cols) + " (per window).")
+    by_ex = g.set_index("executor")
+    print(f"{d} {m}: " + "; ".join(f"{f} " + ", ".join(f"{e} {int(v)}" for e, v in by_ex[f"{f}_events"].items())
+                                   for f in failures.FAILURES) + " events in all.")
+
+# %% [markdown]
+# ## Mechanism checks
+# Does the sandbox see the model's code under both contracts, and does the faithful contract show the failures it
+# exists to reproduce (F1 silent execution or F2 lost state)? Recorded in the profile's `demo_checks` table.
+
+# %%
+from balms.experiments.checks import record_check
+
+for e in cfg.executors:
+    sub = tt[tt.executor == e]
+    v = float((sub.n_code_blocks > 0).mean()) if len(sub) else float("nan")
+    record_check(cfg, f"phia_code_rate_{e}", round(v, 3), ">= 0.8", v >= 0.8, notebook=NB, source=src)
+faith = tt[tt.executor == "faithful"]
+f12 = int(faith[["F1", "F2"]].sum().sum()) if len(faith) else float("nan")
+table = record_check(cfg, "phia_faithful_f1_or_f2", f12, ">= 1 event", bool(len(faith)) and f12 >= 1, notebook=NB,
+                     source=src)
+table[table.notebook == NB]

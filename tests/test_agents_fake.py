@@ -421,3 +421,89 @@ def test_rag_prompt_size_does_not_grow_with_the_look_back(name, cheap, real_data
         full = {L: sum(len(make_agent("rag", style=style, context_window=True).first_prompt(s, tables)[1].content)
                        for s in ss) for L, ss in ((7, s7), (28, s28))}
         assert full[28] > 1.2 * full[7], (style, full)
+
+
+# ---------------------------------------------------------------- our labelled options: forced answer, PHIA primers
+
+
+class FinishingBackend(ScriptedBackend):
+    """Scripted replies, each with its finish reason: (text, "stop" | "length")."""
+
+    def generate(self, messages, params):
+        self.calls.append((list(messages), params))
+        text, finish = self.replies.pop(0) if self.replies else (self.default, "stop")
+        from balms.models.base import Completion
+
+        return Completion(text=text, model_id=self.model_id, finish_reason=finish, prompt_tokens=11,
+                          completion_tokens=3, latency_s=0.001)
+
+
+@pytest.mark.parametrize("system", ["healthllm", "rag"])
+@pytest.mark.parametrize("first, finish, asked, expect", [
+    ("Steps fell on day 12, so stress rises to", "length", prompts.FORCE_ANSWER, 4),  # cut by the budget
+    ("Steps fell on day 12. Therefore the stress level is 4.", "stop", prompts.FORCE_ANSWER_MISSING, 4),  # no line
+    ("Steps fell on day 12.\nAnswer: 9", "stop", None, None),  # an invalid answer stays a visible failure
+    ("Steps fell on day 12.\nAnswer: 2", "stop", None, 2),  # parsed: never asked again
+])
+def test_cot_forced_answer_when_the_reply_has_no_answer(pm, cheap, system, first, finish, asked, expect):
+    tables, samples = pm
+    be = FinishingBackend([(first, finish), ("Answer: 4", "stop")])
+    rec = make_agent(system, cot=True, force_answer=True).predict(samples[1], tables, be)
+    forced = [st for st in rec.transcript if st.kind == "forced_answer"]
+    assert rec.options["force_answer"] is True and rec.prediction == expect
+    assert rec.rationale.startswith("Steps fell on day 12")
+    if asked is None:
+        assert not forced and len(be.calls) == 1
+    else:
+        assert len(forced) == 1 and be.calls[1][0][-1].content == asked
+        assert forced[0].meta["reason"] == ("length" if finish == "length" else "no_answer")
+        assert be.calls[1][0][-2].content == first  # the reasoning stays in the conversation
+    # without the option the same reply is a parse failure, and nothing is recorded about forcing
+    be = FinishingBackend([(first, finish)])
+    plain = make_agent(system, cot=True).predict(samples[1], tables, be)
+    assert "force_answer" not in plain.options and len(be.calls) == 1
+    assert plain.prediction == (2 if expect == 2 else None)
+
+
+def test_phia_plain_prompt_has_no_primer_and_no_fence_stop(pm):
+    tables, samples = pm
+    be = ScriptedBackend(["Answer: 3"])
+    rec = make_agent("phia", max_iters=1).predict(samples[0], tables, be)
+    (msgs, params) = be.calls[0]
+    assert "primer" not in rec.options and "fence_stop" not in rec.options
+    assert prompts.PHIA_FENCE_STOP not in params.stop
+    assert msgs[1].content.endswith("Begin with your first [Thought].")
+    assert "Example of a first step" not in msgs[0].content
+
+
+@pytest.mark.parametrize("executor", ["faithful", "improved"])
+def test_phia_code_first_primer_and_fence_stop_on_real_pmdata(pm, executor):
+    """The code_first primer ends the prompt with the code request, the fence stop ends a step at its closing
+    fence; a step cut there still runs (the block is closed by the harness), and the record says what was used."""
+    tables, samples = pm
+    s = [x for x in samples if x.user == "p03"][3]
+    be = ScriptedBackend(["[Thought] how many days\n[Act]\n```python\nprint(len(daily_df))",
+                          "[Finish] Steps were recorded.\nAnswer: 3"])
+    rec = make_agent("phia", executor=executor, max_iters=3, primer="code_first", fence_stop=True).predict(
+        s, tables, be)
+    msgs, params = be.calls[0]
+    assert msgs[1].content.endswith(prompts.PHIA_CODE_FIRST)
+    assert params.stop[-1] == prompts.PHIA_FENCE_STOP and set(prompts.PHIA_STOP) <= set(params.stop)
+    assert rec.options["primer"] == "code_first" and rec.options["fence_stop"] is True
+    code = [st for st in rec.transcript if st.kind == "code"]
+    obs = [st for st in rec.transcript if st.kind == "observation"]
+    assert len(code) == 1 and obs[0].meta["status"] == "ok"
+    assert int(obs[0].content) == rec.options["frames"]["daily_df"]["rows"] > s.lookback  # the real full record
+    assert be.calls[1][0][2].content.endswith("```")  # the kept reply is closed before it enters the conversation
+    assert rec.prediction == 3
+
+
+def test_phia_example_primer_and_unknown_primer(pm):
+    tables, samples = pm
+    be = ScriptedBackend(["Answer: 3"])
+    rec = make_agent("phia", max_iters=1, primer="example").predict(samples[0], tables, be)
+    system = be.calls[0][0][0].content
+    assert system.endswith(prompts.PHIA_EXAMPLE) and rec.options["primer"] == "example"
+    assert be.calls[0][0][1].content.endswith("Begin with your first [Thought].")
+    with pytest.raises(ValueError, match="primer must be one of"):
+        make_agent("phia", primer="fewshot")

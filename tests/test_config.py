@@ -108,3 +108,19 @@ def test_make_paper_with_a_typo_fails_before_any_notebook(tmp_path):
                          timeout=120)
     assert run.returncode != 0
     assert "did you mean 'n_samples'" in run.stderr + run.stdout
+
+
+def test_paper_profile_keeps_the_paper_harness():
+    """Our PHIA primers, the code-fence stop, the forced CoT answer and per-system backbones are demo options: the
+    paper profile runs the plain prompts on every backbone."""
+    cfg = config.load("paper")
+    assert cfg.phia_primer == "none" and cfg.phia_fence_stop is False and cfg.cot_force_answer is False
+    assert cfg.system_backbones == {}
+    assert all(cfg.models_for(s) == cfg.backbones for s in config.SYSTEMS)
+
+
+def test_system_backbones_keys_must_be_systems():
+    with pytest.raises(config.ConfigError, match=r"system_backbones.*unknown system"):
+        config.load("demo", system_backbones={"phai": "qwen2.5-coder-1.5b"})
+    with pytest.raises(config.ConfigError, match="phia_primer"):
+        config.load("demo", phia_primer="fewshot")

@@ -161,3 +161,35 @@ def test_run_grid_announces_each_cell_and_the_runner_bar_on_stderr(env, capsys, 
     assert capsys.readouterr().err == ""
     ex.run_grid(cfg, cots=(False,), lookbacks=(7,), options={"context": False})
     assert "cell 1/1: pmdata healthllm scripted zs L7 context=False" in capsys.readouterr().err.splitlines()
+
+
+def test_system_backbones_run_a_system_on_its_own_model_everywhere(env, monkeypatch):
+    """`system_backbones` (e.g. the demo's PHIA on the 1.5B model): the grid, an explicit model list and the plan all
+    run that system on its own backbone, the others on theirs; PHIA's primer options reach its records."""
+    cfg, _ = env
+    import balms.models.registry as reg
+    from balms.experiments.plan import enumerate_cells
+
+    made: dict = {}
+
+    def backend_named(name=None, **kw):
+        b = made.setdefault(name, Scripted())
+        b.name, b.model_id = name, f"scripted:{name}"
+        return b
+
+    monkeypatch.setattr(reg, "get_backend", backend_named)
+    cfg2 = cfg.replace(systems=["healthllm", "phia"], n_samples=2, system_backbones={"phia": "coder"},
+                       phia_primer="code_first", phia_fence_stop=True)
+    df = ex.run_grid(cfg2)
+    assert sorted(zip(df.system, df.model, strict=True)) == [("healthllm", "scripted")] * 2 + [("phia", "coder")] * 2
+    phia_opts = df[df.system == "phia"].options.iloc[0]
+    assert phia_opts["primer"] == "code_first" and phia_opts["fence_stop"] is True
+    assert "primer" not in df[df.system == "healthllm"].options.iloc[0]
+    df2 = ex.run_grid(cfg2, models=["other"])  # a notebook's own model list (03's look-back backbone)
+    assert sorted(set(zip(df2.system, df2.model, strict=True))) == [("healthllm", "other"), ("phia", "coder")]
+    cells = enumerate_cells(cfg2, channel_sets={}, default_lookback={"pmdata": 14})
+    assert {c.model for c in cells if c.system == "phia"} == {"coder"}
+    assert {c.model for c in cells if c.system == "healthllm"} == {"scripted"}
+    assert cfg2.models_for("phia", ["x", "y"]) == ["coder"] and cfg2.models_for("rag", ["x"]) == ["x"]
+    with pytest.raises(ex.ConfigError, match="unknown system"):
+        cfg.replace(system_backbones={"phai": "coder"})

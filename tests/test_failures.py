@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from balms.failures import classify_trace, magic_thresholds, schema_blind_aggregations, taxonomy_table
+from balms.failures import (
+    classify_trace,
+    failure_rates,
+    magic_thresholds,
+    paper_rates,
+    schema_blind_aggregations,
+    taxonomy_table,
+)
 from balms.records import PredictionRecord, Step
 
 NO_OUT = "Code executed (no output)"
@@ -154,12 +161,36 @@ def test_taxonomy_table_counts_and_rates():
     for k in ("F1", "F2", "F3", "F4", "F5"):
         assert f[f"{k}_events"] == 1 and f[f"{k}_per_window"] == 0.5 and f[f"{k}_window_rate"] == 0.5
     assert t.set_index("executor").loc["improved", "F1_events"] == 0
+    # code_window_rate: episodes in which at least one block ran (a prose-only episode has none)
+    prose = rec([Step(kind="completion", content="Answer: 3")], sample_id="d")
+    t3 = taxonomy_table([*recs, prose], by=["executor"]).set_index("executor")
+    assert t3.loc["faithful", "code_window_rate"] == pytest.approx(2 / 3)
+    assert t3.loc["improved", "code_window_rate"] == 1
     # the same from a records frame (as run_grid(keep_transcript=True) returns it)
     import pandas as pd
 
     frame = pd.DataFrame([r.model_dump() for r in recs])
     t2 = taxonomy_table(frame, by=["dataset", "executor"])
     pd.testing.assert_frame_equal(t, t2)
+
+
+def test_failure_rates_with_participant_intervals():
+    silent = [code("x = 1"), obs(NO_OUT, "no_output")]
+    recs = [rec(silent * 2, sample_id="a", user="p01"), rec(silent, sample_id="b", user="p01"),
+            rec([code("print(1)"), obs("1")], sample_id="c", user="p02"),
+            rec([code("print(1)"), obs("1")], sample_id="e", user="p03")]
+    r = failure_rates(recs, by=["executor"]).set_index("failure")
+    assert list(r.index) == ["F1", "F2", "F3", "F4", "F5"] and (r["n_windows"] == 4).all()
+    assert r.loc["F1", "per_window"] == pytest.approx(3 / 4)
+    assert r.loc["F1", "ci_low"] <= 3 / 4 <= r.loc["F1", "ci_high"] and r.loc["F1", "ci_high"] > r.loc["F1", "ci_low"]
+    assert r.loc["F2", "per_window"] == 0 and r.loc["F2", "ci_high"] == 0
+
+
+def test_paper_rates_are_read_from_the_packaged_transcription():
+    p = paper_rates().set_index(["dataset", "failure"])["per_window"]
+    # Appendix B.2: 168 empty observations over 82 traced GLOBEM windows (printed as 2.0), 0.7 on PMData,
+    # 8 of 10 traced PMData windows force-finished
+    assert p[("globem", "F1")] == 2.0 and p[("pmdata", "F1")] == 0.7 and p[("pmdata", "F3")] == 0.8
 
 
 # ---------------------------------------------------------------- real executor, real PMData

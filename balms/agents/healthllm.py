@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from balms.agents import paper_prompts, prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
+from balms.agents.parsing import NO_ANSWER
 from balms.data import channels as styles
 from balms.data.channels import channels_option, get_window
 from balms.data.schema import DatasetTables, Sample, Window
@@ -32,7 +33,7 @@ class PromptAgentBase:
     temperature: float = 0.0
     seed: int = 0
     style: str = styles.DEFAULT_STYLE  # "paper" (Appendix D template and recipe) or "corrected"
-    force_answer: bool = False  # CoT cut off by max_tokens -> ask for the answer alone (see prompts.FORCE_ANSWER)
+    force_answer: bool = False  # CoT ending without an answer -> ask for the answer alone (see prompts.FORCE_ANSWER)
     name: str = field(default="", init=False)
 
     def _check(self) -> None:
@@ -80,11 +81,15 @@ class PromptAgentBase:
         msgs = prompts.messages(self.system_prompt, user_prompt)
         comp = episode.call(msgs, self.params(sample, self.answer_max_tokens))
         parsed = parse_for(tables, comp.text)
-        if self.force_answer and self.cot and parsed.value is None and comp.finish_reason == "length":
-            # the reasoning ran out of budget: keep it as the rationale, ask for the answer alone (labelled in the
-            # transcript as a "forced_answer" step and in the options as force_answer)
-            forced = episode.call([*msgs, Message("assistant", comp.text), Message("user", prompts.FORCE_ANSWER)],
-                                  self.params(sample, prompts.FORCED_ANSWER_MAX_TOKENS), kind="forced_answer")
+        cut = comp.finish_reason == "length"
+        if self.force_answer and self.cot and parsed.value is None and (cut or parsed.error == NO_ANSWER):
+            # the reasoning ran out of budget or ended without an answer statement: keep it as the rationale, ask
+            # for the answer alone (labelled in the transcript as a "forced_answer" step with its reason, and in the
+            # options as force_answer). An answer that is there but invalid (out of range...) is not asked again.
+            ask = prompts.FORCE_ANSWER if cut else prompts.FORCE_ANSWER_MISSING
+            forced = episode.call([*msgs, Message("assistant", comp.text), Message("user", ask)],
+                                  self.params(sample, prompts.FORCED_ANSWER_MAX_TOKENS), kind="forced_answer",
+                                  reason="length" if cut else "no_answer")
             return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables, backend=backend,
                                 episode=episode, options=options, raw_answer=forced.text,
                                 parsed=parse_for(tables, forced.text), rationale=comp.text)

@@ -29,6 +29,9 @@ _PATTERN = re.compile(
 )
 
 
+NO_ANSWER = "no 'Answer: <int>' found"  # the parse error of a text with no answer statement at all
+
+
 @dataclass(frozen=True)
 class ParsedAnswer:
     value: int | None  # the integer on the native scale, None when parsing failed
@@ -56,7 +59,7 @@ def parse_answer(text: str | None, scale_min: int, scale_max: int) -> ParsedAnsw
     text = text or ""
     matches = list(_PATTERN.finditer(text))
     if not matches:
-        return ParsedAnswer(None, "no 'Answer: <int>' found", text.strip())
+        return ParsedAnswer(None, NO_ANSWER, text.strip())
     m = matches[-1]
     rationale = _rationale_before(text, m.start())
     snippet = m.group(0).strip()

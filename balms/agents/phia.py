@@ -110,11 +110,14 @@ class PhiaAgent:
     seed: int = 0
     limits: object = None  # sandbox.SandboxLimits; None = the sandbox's defaults
     allow_degraded: bool = False  # run code even where the sandbox lacks required isolation (recorded per record)
+    primer: str = "none"  # ours: "code_first" / "example" prompt primers (prompts.PHIA_PRIMERS); "none" = as is
+    fence_stop: bool = False  # ours: end each step's generation at its first closing code fence
     name: str = field(default="phia", init=False)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        prompts.check_primer(self.primer)
         if int(self.max_iters) < 1:
             raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
 
@@ -127,7 +130,10 @@ class PhiaAgent:
                 "context": self.context if isinstance(self.context, bool) else list(self.context),
                 "executor": self.executor, "max_iters": int(self.max_iters),
                 "max_tokens": self.step_max_tokens, "temperature": self.temperature, "seed": self.seed,
-                "prompt_version": prompts.PHIA_PROMPT_VERSION}
+                "prompt_version": prompts.PHIA_PROMPT_VERSION,
+                # our additions, recorded only when used (a record without them ran the plain prompt and stops)
+                **({"primer": self.primer} if self.primer != "none" else {}),
+                **({"fence_stop": True} if self.fence_stop else {})}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
         from balms.sandbox import SandboxLimits
 
@@ -157,9 +163,9 @@ class PhiaAgent:
                                  f"{t.scale_max}" + (f" ({t.description})" if t.description else ""),
                                  units=units)
         t = tables.target
-        system = prompts.phia_system_prompt(t.scale_min, t.scale_max)
+        system = prompts.phia_system_prompt(t.scale_min, t.scale_max, self.primer)
         user = prompts.phia_user_prompt(window, frames, executor=self.executor, context=self.context,
-                                        schema=schema, cot=self.cot)
+                                        schema=schema, cot=self.cot, primer=self.primer)
         return window, frames, [Message("system", system), Message("user", user)]
 
     def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
@@ -178,7 +184,8 @@ class PhiaAgent:
         window, frames, msgs = self._setup(sample, tables)
         t = tables.target
         params = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
-                           stop=prompts.PHIA_STOP, seed=per_sample_seed(sample, self.seed))
+                           stop=prompts.PHIA_STOP + ((prompts.PHIA_FENCE_STOP,) if self.fence_stop else ()),
+                           seed=per_sample_seed(sample, self.seed))
         final_text, parsed, error = "", None, None
         kwargs = {"mode": self.executor, "allow_degraded": True if self.allow_degraded else None}
         if self.limits is not None:

@@ -48,11 +48,15 @@ ZERO_SHOT_MAX_TOKENS = 24
 COT_MAX_TOKENS = 384
 SUMMARY_MAX_TOKENS = 96
 PHIA_STEP_MAX_TOKENS = 320
-# Forced answer (our budget technique, off in the paper profile): when a CoT reply hits its token limit before
-# an answer, the reasoning so far is kept as the rationale and the model is asked for the answer alone, as
-# PHIA's harness forces a final answer when its step budget runs out.
+# Forced answer (our budget technique, off in the paper profile): when a CoT reply ends without an answer statement
+# (cut off by its token limit, or finished without one, e.g. "... so the stress level is 1."), the reasoning is kept
+# as the rationale and the model is asked for the answer alone, as PHIA's harness forces a final answer when its step
+# budget runs out. A reply WITH an answer that fails the parser (out of range, a range, not an integer) is never
+# asked again: that failure stays visible.
 FORCE_ANSWER = ("Your reasoning was cut off by the length limit. Stop reasoning now and reply with your final "
                 "answer only, in the format 'Answer: <integer>'.")
+FORCE_ANSWER_MISSING = ("Your reply did not end with the answer line. Reply with your final answer only, in the "
+                        "format 'Answer: <integer>'.")
 FORCED_ANSWER_MAX_TOKENS = 12
 
 
@@ -167,7 +171,8 @@ SUMMARY_SYSTEM_PROMPT = (
 PHIA_STOP = ("\n[Observe]", "\n[Observation]", "\nObservation:", "\n[Observe:", "\n```output")
 
 
-def phia_system_prompt(scale_min: int, scale_max: int) -> str:
+def phia_system_prompt(scale_min: int, scale_max: int, primer: str = "none") -> str:
+    example = PHIA_EXAMPLE if check_primer(primer) == "example" else ""
     return (
         "You are a careful analyst of personal sensing data who answers by writing Python. "
         "You work in steps. Each step has this form:\n"
@@ -178,7 +183,36 @@ def phia_system_prompt(scale_min: int, scale_max: int) -> str:
         "When you know enough, finish instead with:\n"
         "[Finish] your reasoning, citing the values and days you computed\n"
         f"Answer: <int>   (one integer from {scale_min} to {scale_max})"
-    )
+    ) + example
+
+
+# PHIA code primers (ours; "none", the paper profile's, sends the prompt above unchanged). Small CPU models given
+# that prompt answer the question in prose and never open a code block (the demo's PHIA wrote no code at all), so
+# nothing of the sandbox, the executor contracts or F1/F2/F4/F5 is exercised. A primer is recorded in every
+# record's options as "primer"; its effect (code-block rate with vs without) is measured by bench/bench_roles.py.
+# - "code_first": the prompt's last line asks for a first step that is a [Thought] and an [Act] with one python
+#   block computing something from the DataFrames, before any answer.
+# - "example": a worked first step on made-up data is appended to the system prompt (few-shot); small models
+#   tend to copy it verbatim (bench_roles reports how often).
+PHIA_PRIMERS = ("none", "code_first", "example")
+PHIA_CODE_FIRST = ("Begin with your first [Thought], then [Act] with one ```python block that computes something "
+                   "from the DataFrames and prints it. Do not give an answer before you have seen an [Observe].")
+PHIA_EXAMPLE = (
+    "\n\nExample of a first step (another person, another question):\n"
+    "[Thought] I compare the last 7 days of steps with the days before them.\n"
+    "[Act]\n```python\nd = daily_df.set_index('date')\n"
+    "print(d['steps'].tail(7).mean(), d['steps'].iloc[:-7].mean())\n```"
+)
+# Code-fence stop (ours, PhiaAgent(fence_stop=True)): generation ends at the first closing fence. The conversation
+# keeps only the reply up to its first code block anyway (phia.extract_code), so this only saves the tokens a small
+# model spends after its code (invented outputs, repeated [Finish] lines) up to the step budget.
+PHIA_FENCE_STOP = "\n```\n"
+
+
+def check_primer(primer: str) -> str:
+    if primer not in PHIA_PRIMERS:
+        raise ValueError(f"PHIA primer must be one of {PHIA_PRIMERS}, got {primer!r}")
+    return primer
 
 
 def phia_frames_description(frames: dict[str, pd.DataFrame], subday_unit: str,
@@ -200,7 +234,7 @@ def phia_frames_description(frames: dict[str, pd.DataFrame], subday_unit: str,
 
 
 def phia_user_prompt(window: Window, frames: dict[str, pd.DataFrame], *, executor: str,
-                     context: bool, schema: str | None, cot: bool) -> str:
+                     context: bool, schema: str | None, cot: bool, primer: str = "none") -> str:
     s = window.sample
     parts = [
         task_line(window),
@@ -216,7 +250,7 @@ def phia_user_prompt(window: Window, frames: dict[str, pd.DataFrame], *, executo
     if cot:
         parts.append("Reason step by step in your [Thought]s and your [Finish], citing the values you "
                      "computed and the days they come from.")
-    parts.append("Begin with your first [Thought].")
+    parts.append(PHIA_CODE_FIRST if check_primer(primer) == "code_first" else "Begin with your first [Thought].")
     return "\n".join(parts)
 
 

@@ -39,6 +39,9 @@ class ExperimentConfig(BaseModel):
     datasets: list[str] = ["diversityone", "pmdata", "globem"]
     systems: list[str] = list(SYSTEMS)
     backbones: list[str] = ["qwen2.5-coder-0.5b"]
+    # a system that runs on its own backbone instead of `backbones`, wherever it runs (every notebook, the judge);
+    # {} = every system on every backbone (the paper's grid). Demo: see profiles/demo.yaml for the measurements.
+    system_backbones: dict[str, str] = {}
     n_samples: int = 2  # evaluation samples per dataset (0 = every test sample)
     # per-cell counts where they differ from n_samples, most specific key first: "<dataset>.<system>.cot",
     # "<dataset>.<system>", "<dataset>.cot", "<dataset>" (0 = all). Samples are nested: a smaller cell evaluates
@@ -50,9 +53,15 @@ class ExperimentConfig(BaseModel):
     zs_max_tokens: int = 16
     cot_max_tokens: int = 256
     cot_systems: list[str] | None = None  # the systems notebook 02 runs with CoT (None: `systems`)
-    cot_force_answer: bool = True  # a CoT reply cut off by cot_max_tokens is asked for its answer alone (ours)
+    # ours: a CoT reply that ends without an answer statement (cut off by cot_max_tokens, or finished without one) is
+    # asked for its answer alone (balms.agents.prompts.FORCE_ANSWER); records say force_answer, transcripts the reason
+    cot_force_answer: bool = True
     phia_max_iters: int = 3
     phia_step_tokens: int = 160  # max tokens per PHIA model call (thought + code)
+    # ours, off in the paper profile (balms.agents.prompts.PHIA_PRIMERS): "code_first" asks for a first step with a
+    # python block over the DataFrames, "example" shows a worked first step; recorded in records' options
+    phia_primer: Literal["none", "code_first", "example"] = "none"
+    phia_fence_stop: bool = False  # ours: a PHIA step's generation ends at its first closing code fence
     # reasoning models (registry is_reasoning, e.g. DeepSeek-R1-Distill): the <think> trace comes out of the same
     # max_tokens, so they get their own budgets (balms.models.budgets.budget_for)
     reasoning_zs_max_tokens: int = 2048
@@ -114,6 +123,14 @@ class ExperimentConfig(BaseModel):
             raise ValueError("must be >= 1 day (or null: each dataset's own look-back)")
         return v
 
+    @field_validator("system_backbones")
+    @classmethod
+    def _known_system_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [s for s in v if s not in SYSTEMS]
+        if bad:
+            raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+        return v
+
     @field_validator("n_samples", "concurrency", "phia_max_iters", "reasoning_zs_max_tokens",
                      "reasoning_cot_max_tokens", "reasoning_phia_step_tokens")
     @classmethod
@@ -145,6 +162,13 @@ class ExperimentConfig(BaseModel):
     @property
     def horizon_model(self) -> str:
         return self.horizon_backbone or self.backbones[0]
+
+    def models_for(self, system: str, models: list[str] | None = None) -> list[str]:
+        """The backbones `system` runs on: its own from `system_backbones`, else `models` (a notebook's choice,
+        e.g. the look-back sweep's one backbone), else `backbones`."""
+        if system in self.system_backbones:
+            return [self.system_backbones[system]]
+        return list(models) if models else list(self.backbones)
 
     @property
     def judged_datasets(self) -> list[str]:

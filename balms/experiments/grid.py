@@ -38,7 +38,8 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
 
     opts: dict = {"max_tokens": budget("cot" if cot else "zs"), "seed": cfg.seed}
     if system == "phia":
-        opts.update(max_iters=cfg.phia_max_iters, max_tokens=budget("phia_step"), executor="faithful")
+        opts.update(max_iters=cfg.phia_max_iters, max_tokens=budget("phia_step"), executor="faithful",
+                    primer=cfg.phia_primer, fence_stop=cfg.phia_fence_stop)
     if system == "raptor":
         opts.update(memory=cfg.raptor_memory, summary_max_tokens=budget("raptor_summary"))
     if system in PROMPT_SYSTEMS and "style" in accepted(system):
@@ -133,8 +134,10 @@ def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None,
     shows where it is; papermill passes the kernel's stderr on to the terminal."""
     from balms.models.routing import check_models
 
-    combos = [(d, L, m, s, c) for d in (datasets or cfg.datasets) for L in lookbacks
-              for m in (models or cfg.backbones) for s in (systems or cfg.systems) for c in cots]
+    # a system with its own backbone (cfg.system_backbones) runs on that one instead of each of `models`
+    combos = list(dict.fromkeys((d, L, m2, s, c) for d in (datasets or cfg.datasets) for L in lookbacks
+                                for m in (models or cfg.backbones) for s in (systems or cfg.systems)
+                                for m2 in cfg.models_for(s, [m]) for c in cots))
     # before the first call: every model known and served somewhere (one message naming each that is not)
     check_models(list(dict.fromkeys(m for _, _, m, _, _ in combos)), cfg.servers, cache_mode=cfg.cache_mode)
     where = os.environ.get("BALMS_NOTEBOOK")

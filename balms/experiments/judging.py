@@ -49,8 +49,13 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
     jkey = judge_key(cfg, judge_model, judge.model_id)
     rows = []
     for d in datasets or cfg.judged_datasets:
-        for m in models or cfg.backbones:
+        seen = set()
+        for m0 in models or cfg.backbones:
             for s in systems:
+                m = cfg.models_for(s, [m0])[0]  # a system with its own backbone (system_backbones) is judged on it
+                if (m, s) in seen:
+                    continue
+                seen.add((m, s))
                 recs = run_cell(cfg, d, s, m, cot=True)
                 if not recs:
                     continue

@@ -109,10 +109,11 @@ def enumerate_cells(
     def grid(nb, datasets, systems, models, cots=(False,), lookbacks=(None,), options=None):
         for d in datasets:
             for lb in lookbacks:
-                for m in models:
+                for m0 in models:
                     for s in systems:
-                        for c in cots:
-                            cells.append(PlanCell(nb, d, s, m, c, lb, _opts(options)))
+                        for m in cfg.models_for(s, [m0]):  # as run_grid: a system's own backbone wins
+                            for c in cots:
+                                cells.append(PlanCell(nb, d, s, m, c, lb, _opts(options)))
 
     grid("01_prediction", cfg.datasets, cfg.systems, cfg.backbones)
     grid("02_cot", cfg.datasets, cfg.cot_systems or cfg.systems, cfg.backbones, cots=(False, True))
@@ -146,8 +147,9 @@ def enumerate_cells(
         grid("05_phia_failures", cfg.datasets, ["phia"], cfg.backbones, options={"executor": e})
     grid("06_latency", cfg.datasets, cfg.systems, cfg.backbones, cots=(False, True))
     for d in cfg.judged_datasets:
-        for m in cfg.backbones:
+        for m0 in cfg.backbones:
             for s in cfg.judge_systems:
+                m = cfg.models_for(s, [m0])[0]
                 cells.append(PlanCell("07_rationale_quality", d, s, m, True))  # the CoT cell it judges
                 cells.append(
                     PlanCell(
