@@ -276,7 +276,12 @@ def test_raptor_reused_summaries_are_charged_to_every_sample(pm, cheap):
     assert n_summ >= 5 and sum(st.kind == "summary" and st.meta["cached"] for st in again.transcript) == n_summ
     assert (again.prompt_tokens, again.completion_tokens, again.n_steps) == (first.prompt_tokens,
                                                                              first.completion_tokens, first.n_steps)
-    assert again.latency_s == pytest.approx(first.latency_s, rel=0.3) and again.wall_s < first.wall_s
+    # each reused summary is charged at the latency recorded when it was generated (the sum of the sample's steps),
+    # not at the near-zero cost of the lookup; compared step by step, so machine load cannot flip it
+    charged = [st.meta.get("latency_s") for st in again.transcript if st.kind == "summary"]
+    generated = [st.meta.get("latency_s") for st in first.transcript if st.kind == "summary"]
+    assert charged == generated and all(x is not None and x >= 0.02 for x in charged)
+    assert again.latency_s >= sum(charged) and again.wall_s < first.wall_s
 
 
 @pytest.mark.parametrize("executor", ["faithful", "improved"])
