@@ -453,7 +453,7 @@ class FinishingBackend(ScriptedBackend):
 def test_cot_forced_answer_when_the_reply_has_no_answer(pm, cheap, system, first, finish, asked, expect):
     tables, samples = pm
     be = FinishingBackend([(first, finish), ("Answer: 4", "stop")])
-    rec = make_agent(system, cot=True, force_answer=True).predict(samples[1], tables, be)
+    rec = make_agent(system, cot=True, force_answer=True, force_missing=True).predict(samples[1], tables, be)
     forced = [st for st in rec.transcript if st.kind == "forced_answer"]
     assert rec.options["force_answer"] is True and rec.prediction == expect
     assert rec.rationale.startswith("Steps fell on day 12")
@@ -468,6 +468,11 @@ def test_cot_forced_answer_when_the_reply_has_no_answer(pm, cheap, system, first
     plain = make_agent(system, cot=True).predict(samples[1], tables, be)
     assert "force_answer" not in plain.options and len(be.calls) == 1
     assert plain.prediction == (2 if expect == 2 else None)
+    # force_answer alone (the demo's setting) asks only when the budget cut the reply
+    be = FinishingBackend([(first, finish), ("Answer: 4", "stop")])
+    cut_only = make_agent(system, cot=True, force_answer=True).predict(samples[1], tables, be)
+    assert len(be.calls) == (2 if finish == "length" else 1)
+    assert cut_only.prediction == (4 if finish == "length" else expect if asked is None else None)
 
 
 def test_phia_plain_prompt_has_no_primer_and_no_fence_stop(pm):

@@ -24,12 +24,17 @@ def test_n_samples_by_rejects_unknown_keys(key):
         config.load("demo", n_samples_by={key: 3})
 
 
-def test_eval_samples_are_nested_on_real_data():
-    cfg = config.load("demo")
+def test_eval_samples_are_nested_on_real_data(real_data):
+    cfg = config.load("demo", raw_root=str(real_data))
     co = cohort("pmdata", cfg)
-    small, big = co.eval_samples(40, 0), co.eval_samples(150, 0)
-    assert len(small) == 40 and len(big) == 150
-    assert {s.sample_id for s in small} < {s.sample_id for s in big}
+    assert co.source == "real" and len(co.test) > 300
+    small, base, big = co.eval_samples(40, 0, 150), co.eval_samples(150, 0, 150), co.eval_samples(300, 0, 150)
+    assert (len(small), len(base), len(big)) == (40, 150, 300)
+    assert {s.sample_id for s in small} < {s.sample_id for s in base} < {s.sample_id for s in big}
+    # the base draw is the profile's n_samples draw itself (a profile without per-cell counts is unchanged)
+    pool = sorted(co.test, key=lambda s: (s.user, s.target_date))
+    drawn = np.random.default_rng(0).choice(len(pool), size=150, replace=False)
+    assert [s.sample_id for s in base] == [pool[i].sample_id for i in sorted(drawn)]
 
 
 def test_claim_verdict_follows_the_interval():

@@ -33,7 +33,8 @@ class PromptAgentBase:
     temperature: float = 0.0
     seed: int = 0
     style: str = styles.DEFAULT_STYLE  # "paper" (Appendix D template and recipe) or "corrected"
-    force_answer: bool = False  # CoT ending without an answer -> ask for the answer alone (see prompts.FORCE_ANSWER)
+    force_answer: bool = False  # CoT cut off by max_tokens -> ask for the answer alone (see prompts.FORCE_ANSWER)
+    force_missing: bool = False  # with force_answer: also a CoT reply that finished without an answer statement
     name: str = field(default="", init=False)
 
     def _check(self) -> None:
@@ -82,7 +83,8 @@ class PromptAgentBase:
         comp = episode.call(msgs, self.params(sample, self.answer_max_tokens))
         parsed = parse_for(tables, comp.text)
         cut = comp.finish_reason == "length"
-        if self.force_answer and self.cot and parsed.value is None and (cut or parsed.error == NO_ANSWER):
+        missing = self.force_missing and parsed.error == NO_ANSWER
+        if self.force_answer and self.cot and parsed.value is None and (cut or missing):
             # the reasoning ran out of budget or ended without an answer statement: keep it as the rationale, ask
             # for the answer alone (labelled in the transcript as a "forced_answer" step with its reason, and in the
             # options as force_answer). An answer that is there but invalid (out of range...) is not asked again.

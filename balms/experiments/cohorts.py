@@ -42,16 +42,24 @@ class Cohort:
         """Content hash of the tables the prompts read (a changed dataset re-runs its cells)."""
         return self.tables.fingerprint()
 
-    def eval_samples(self, n: int, seed: int) -> list[Sample]:
+    def eval_samples(self, n: int, seed: int, base: int | None = None) -> list[Sample]:
         """n seeded test samples (0 = all), sorted by user and date, identical for every system/backbone.
 
-        The first n of one seeded permutation, so samples are nested: a cell with fewer samples evaluates a subset
-        of a larger cell's, and the two compare paired on it."""
+        Nested: the samples are the first n of one seeded order, whose first `base` (the profile's n_samples;
+        default n) are the seeded draw of `base` samples and the rest a seeded permutation of the others. So a
+        cell with fewer samples evaluates a subset of a larger cell's, and the two compare paired on it."""
         pool = sorted(self.test, key=lambda s: (s.user, s.target_date))
         if n and n < len(pool):
-            pick = np.random.default_rng(seed).permutation(len(pool))[:n]
+            pick = sample_order(len(pool), base if base is not None else n, seed)[:n]
             pool = [pool[i] for i in sorted(pick)]
         return pool
+
+
+def sample_order(n_pool: int, base: int, seed: int) -> np.ndarray:
+    """Indices 0..n_pool-1 in the seeded evaluation order: a draw of `base` (0 = all), then the rest permuted."""
+    first = np.random.default_rng(seed).choice(n_pool, size=min(base, n_pool) if base else n_pool, replace=False)
+    rest = np.random.default_rng([seed, 1]).permutation(np.setdiff1d(np.arange(n_pool), first))
+    return np.concatenate([first, rest]).astype(int)
 
 
 @lru_cache(maxsize=None)
@@ -81,7 +89,7 @@ def mean_predictor_rows(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:
     out = []
     for d in datasets or cfg.datasets:
         co = cohort(d, cfg)
-        ev = co.eval_samples(cfg.n_for(d), cfg.seed)
+        ev = co.eval_samples(cfg.n_for(d), cfg.seed, cfg.n_samples)
         y = np.array([s.label for s in ev], dtype=float)
         m = co.train_mean
         out.append({"dataset": d, "source": co.source, "n": len(ev), "train_mean": m,

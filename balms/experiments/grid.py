@@ -46,6 +46,8 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
         opts["style"] = cfg.prompt_style
     if system in PROMPT_SYSTEMS and cot and cfg.cot_force_answer:
         opts["force_answer"] = True
+        if cfg.cot_force_missing:
+            opts["force_missing"] = True
     opts.update(extra or {})
     return opts
 
@@ -54,7 +56,7 @@ def eval_samples(cfg: ExperimentConfig, dataset: str, lookback: int | None = Non
                  cot: bool = False) -> list[Sample]:
     """A cell's seeded evaluation samples (`cfg.n_for`) of `dataset`, at `lookback` days, else `cfg.lookback`, else
     the dataset's own look-back."""
-    samples = cohort(dataset, cfg).eval_samples(cfg.n_for(dataset, system, cot), cfg.seed)
+    samples = cohort(dataset, cfg).eval_samples(cfg.n_for(dataset, system, cot), cfg.seed, cfg.n_samples)
     lookback = lookback if lookback is not None else cfg.lookback
     return [with_lookback(s, lookback) for s in samples] if lookback is not None else samples
 
@@ -165,7 +167,8 @@ def horizon_grid(cfg: ExperimentConfig, *, progress: bool = True) -> pd.DataFram
     max_lb = max(cfg.lookbacks)
     return run_grid(cfg, datasets=cfg.horizon_datasets, models=[cfg.horizon_model], lookbacks=cfg.lookbacks,
                     systems=cfg.horizon_systems or cfg.systems, progress=progress,
-                    samples_for=lambda d: cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_for(d), cfg.seed))
+                    samples_for=lambda d: cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_for(d), cfg.seed,
+                                                                                     cfg.n_samples))
 
 
 def phia_executor_grid(cfg: ExperimentConfig, *, keep_transcript: bool = True, progress: bool = True) -> pd.DataFrame:

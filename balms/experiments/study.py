@@ -121,7 +121,7 @@ def power_table(cfg: ExperimentConfig, records: pd.DataFrame, dataset: str, ns=(
     rows = []
     for n in sorted({*ns, ran}):
         if n <= ran:
-            ids = {s.sample_id for s in co.eval_samples(n, cfg.seed)}
+            ids = {s.sample_id for s in co.eval_samples(n, cfg.seed, cfg.n_samples)}
             sub = records[records.sample_id.isin(ids)]
             p = _paired(sub, co.train_mean)
             rows.append({"n": n, "n_scored": p["n"], "width": p["ci_high"] - p["ci_low"], "kind": "measured"})
