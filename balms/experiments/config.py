@@ -99,7 +99,9 @@ class ExperimentConfig(BaseModel):
     cache_mode: Literal["rw", "replay", "off"] = "rw"
     concurrency: int = 1
     raw_root: str | None = None  # default: BALMS_RAW_DIR, else ../shared/data, else data/raw
-    notebooks: list[str] | None = None  # the notebooks `make paper` executes (stems, e.g. 01_prediction); None: all
+    # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
+    notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",
+                                   "05_phia_failures", "06_latency", "07_rationale_quality"]
 
     @field_validator("datasets", "horizon_datasets", "judge_datasets")
     @classmethod
