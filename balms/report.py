@@ -159,23 +159,39 @@ def main(argv: list[str] | None = None) -> int:
 
 def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = None, col: str | None = None,
           title: str = "", **kw):
-    """A seaborn relplot/catplot that still yields a figure when every y is missing (e.g. a small model whose
-    answers all failed to parse): the panel then says so instead of the notebook crashing."""
+    """A seaborn relplot/catplot that keeps one panel per `col` value (in `col_order` when given) even where a
+    panel has nothing to draw (e.g. a backbone whose answers all failed to parse, or a judge that found no
+    temporal claim): that panel says so instead of vanishing, and when no value exists at all the figure still
+    has its panels, titled as seaborn would, rather than the notebook crashing."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
+    msg = f"no values of '{y}' to plot\n(nothing parsed or scored in this slice)"
     ok = (data.dropna(subset=[y]) if y in data else data.iloc[0:0]).reset_index(drop=True)
+    panels = None
+    if col:
+        order = kw.pop("col_order", None)
+        panels = list(order) if order is not None else list(dict.fromkeys(data[col])) if col in data else []
     if ok.empty:
-        fig, ax = plt.subplots(figsize=(6, 2.5))
-        ax.axis("off")
-        ax.text(0.5, 0.5, f"no values of '{y}' to plot\n(every prediction in this slice failed to parse)",
-                ha="center", va="center")
+        names = panels or [None]
+        fig, axes = plt.subplots(1, len(names), figsize=(3 * len(names), 2.5), squeeze=False)
+        for ax, v in zip(axes.flat, names, strict=True):
+            ax.axis("off")
+            ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=7, transform=ax.transAxes)
+            if v is not None:
+                ax.set_title(f"{col} = {v}", fontsize=8)
         fig.suptitle(title, fontsize=9)
         return fig
+    if col:
+        kw["col_order"] = panels
     if kind == "line":
         g = sns.relplot(data=ok, x=x, y=y, hue=hue, col=col, kind="line", marker="o", height=3, **kw)
     else:
         g = sns.catplot(data=ok, x=x, y=y, hue=hue, col=col, kind=kind, height=3, **kw)
+    if col and not kw.get("row"):
+        for ax, v in zip(g.axes.flat, panels, strict=False):
+            if not (ok[col] == v).any():
+                ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=7, transform=ax.transAxes)
     g.figure.suptitle(title, y=1.06, fontsize=9)
     return g.figure
 

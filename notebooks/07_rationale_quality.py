@@ -88,7 +88,7 @@ report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", note
                   models=judged_models + judges, n=len(paper_scope),
                   caption=f"GLOBEM Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
 fig = report.facet(tier1_long(agg), kind="bar", x="dimension", y="conditional accuracy", hue="system", col="model",
-                   col_order=[m for m in judged_models if m in set(agg.model)] or None,
+                   col_order=judged_models,
                    title=f"Figure 4: GLOBEM Tier-1 conditional accuracy, one panel per backbone: {cap}; judge {jcap}; "
                          f"data {src}")
 for ax in fig.axes:

@@ -11,12 +11,28 @@ wrapper puts a pure-ASGI check in front of the real app: `/v1/models` and infere
 
 With --request-log, every POST naming a model appends one line "<status> <model>" (200 = passed on to llama.cpp,
 404 = refused), so a caller can check which names reached which server.
+
+It also accepts vLLM's structured-output dialect, so a client configured for vLLM gets constrained decoding here
+too: `response_format: {"type": "json_schema", "json_schema": {"schema": S}}` becomes llama.cpp's
+`{"type": "json_object", "schema": S}` and `guided_grammar` becomes `grammar` (llama-cpp-python's server would
+answer 422 to the former and ignore the latter).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+
+
+def vllm_dialect(body: dict) -> dict:
+    """vLLM's structured-output fields rewritten to llama-cpp-python's (see the module docstring)."""
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        body = {**body, "response_format": {"type": "json_object", **({"schema": schema} if schema else {})}}
+    if "guided_grammar" in body:
+        body = {k: v for k, v in body.items() if k != "guided_grammar"} | {"grammar": body["guided_grammar"]}
+    return body
 
 
 def strict(app, aliases: set[str], request_log: str | None = None):
@@ -37,9 +53,14 @@ def strict(app, aliases: set[str], request_log: str | None = None):
             more = msg.get("more_body", False)
         body = b"".join(chunks)
         try:
-            model = json.loads(body or b"{}").get("model")
+            parsed = json.loads(body or b"{}")
+            model = parsed.get("model")
         except (ValueError, AttributeError):
-            model = None
+            parsed, model = None, None
+        if isinstance(parsed, dict) and vllm_dialect(parsed) != parsed:
+            body = json.dumps(vllm_dialect(parsed)).encode()
+            scope = {**scope, "headers": [(k, str(len(body)).encode() if k.lower() == b"content-length" else v)
+                                          for k, v in scope.get("headers", [])]}
         if model is not None:
             note(404 if model not in aliases else 200, str(model))
         if model is not None and model not in aliases:

@@ -74,3 +74,27 @@ def test_interval_bars_mark_the_papers_numbers():
                                paper_points={("pmdata", "rag"): [0.62, 0.66, np.nan]})
     marks = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
     assert len(marks) == 1 and list(marks[0].get_ydata()) == [0.62, 0.66] and list(marks[0].get_xdata()) == [1, 1]
+
+
+def _panel_titles(fig):
+    return [ax.get_title() for ax in fig.axes if ax.get_title()]
+
+
+def test_facet_keeps_a_panel_per_backbone_when_one_has_no_values():
+    """Figure 4 in the paper profile: a backbone whose judged rationales have no Tier-1 value keeps its panel."""
+    df = pd.DataFrame({"model": ["A", "A", "B", "B", "C"], "system": ["rag"] * 5,
+                       "dimension": ["d1", "d2", "d1", "d2", "d1"],
+                       "conditional accuracy": [0.5, 1.0, np.nan, np.nan, 0.2]})
+    fig = report.facet(df, kind="bar", x="dimension", y="conditional accuracy", hue="system", col="model",
+                       col_order=["A", "B", "C", "D"], title="t")
+    titles = _panel_titles(fig)
+    assert titles == ["model = A", "model = B", "model = C", "model = D"]
+    empty = [ax.get_title() for ax in fig.axes if any("no values" in t.get_text() for t in ax.texts)]
+    assert empty == ["model = B", "model = D"]
+
+
+def test_facet_with_no_value_at_all_still_draws_every_panel():
+    df = pd.DataFrame({"model": ["A", "B"], "dimension": ["d1", "d1"], "conditional accuracy": [np.nan, np.nan]})
+    fig = report.facet(df, kind="bar", x="dimension", y="conditional accuracy", col="model", title="t")
+    assert _panel_titles(fig) == ["model = A", "model = B"]
+    assert all(any("no values" in t.get_text() for t in ax.texts) for ax in fig.axes)

@@ -260,3 +260,22 @@ def test_real_llamacpp_servers_route_by_served_name(strict_llama_servers, monkey
         and f"{url_b}: serves smol-shared, smol-b" in msg
     )
     assert "Qwen2.5-7B-Instruct (served id Qwen/Qwen2.5-7B-Instruct)" in msg
+
+
+@pytest.mark.slow
+def test_stand_in_server_honours_vllm_json_schema_dialect(strict_llama_servers, monkeypatch, isolated_cache):
+    """The paper profile talks vLLM's dialect (response_format json_schema); the dry run's llama.cpp stand-ins
+    translate it, so the judge's schema constrains decoding there as it would on vLLM (no 422, no fallback)."""
+    url_a, _ = strict_llama_servers
+    schema = {"type": "object", "properties": {"score": {"type": "integer", "enum": [1, 2, 3, 4, 5]}},
+              "required": ["score"], "additionalProperties": False}
+    r = httpx.post(url_a + "/chat/completions", timeout=60, json={
+        "model": "smol-a", "messages": [{"role": "user", "content": "Rate the weather from 1 to 5."}],
+        "max_tokens": 16, "temperature": 0.0,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}})
+    assert r.status_code == 200, r.text
+    assert json.loads(r.json()["choices"][0]["message"]["content"])["score"] in {1, 2, 3, 4, 5}
+    monkeypatch.setenv("BALMS_VLLM_BASE_URLS", url_a)
+    vllm_style = get_backend("smol-a", cache_mode="off", timeout_s=60)  # the default (vLLM) dialect
+    c = vllm_style.generate(MSGS, GenParams(max_tokens=16, json_schema=schema))
+    assert json.loads(c.text)["score"] in {1, 2, 3, 4, 5}
