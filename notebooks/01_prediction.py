@@ -34,6 +34,7 @@ zs_max_tokens = None
 cot_max_tokens = None
 raptor_summary_tokens = None
 raptor_memory = None
+settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
 from balms import experiments as ex, report

@@ -39,6 +39,7 @@ lookbacks = None
 horizon_datasets = None
 horizon_backbone = None
 horizon_systems = None
+settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
 import pandas as pd

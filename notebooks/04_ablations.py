@@ -38,6 +38,7 @@ cot_max_tokens = None
 raptor_summary_tokens = None
 raptor_memory = None
 ablation_systems = None
+settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
 import pandas as pd

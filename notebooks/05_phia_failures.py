@@ -41,6 +41,7 @@ executors = None
 phia_primer = None
 phia_fence_stop = None
 system_backbones = None
+settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
 import pandas as pd

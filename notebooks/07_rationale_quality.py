@@ -43,6 +43,7 @@ judge_max_tokens = None
 judge_justify = None
 judge_mode = None
 judge_grounding_hint = None
+settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
 import json

@@ -28,6 +28,7 @@ n_samples = None
 seed = None
 cache_mode = None
 concurrency = None
+settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
 import pandas as pd

@@ -3,16 +3,19 @@
 
 What serves what (every address is 127.0.0.1; every process is started here and stopped on exit):
 - two llama.cpp servers (llama-cpp-python's own app behind tests/strict_llama_server.py, which refuses foreign
-  model names like vLLM), each serving the embedded SmolLM2-135M under two of the paper profile's vLLM model ids:
-  A = Qwen/Qwen2.5-7B-Instruct + mistralai/Mistral-7B-Instruct-v0.3, B = Qwen/Qwen2.5-14B-Instruct + the judge
-  meta-llama/Llama-3.3-70B-Instruct. They are the profile's `servers`, so balms routes each model by /v1/models
-  to the one server that lists it; each server logs every name it was sent, and the check requires that no call
-  was refused (a mis-routed call would be a 404) and that every id reached its server.
+  model names like vLLM), each ONE SmolLM2-135M instance with a RAM prompt cache answering two of the paper
+  profile's vLLM model ids: A = Qwen/Qwen2.5-7B-Instruct + mistralai/Mistral-7B-Instruct-v0.3, B =
+  Qwen/Qwen2.5-14B-Instruct + the judge meta-llama/Llama-3.3-70B-Instruct. They are the profile's `servers`, so
+  balms routes each model by /v1/models to the one server that lists it; each server logs every name it was sent,
+  and the check requires that no call was refused (a mis-routed call would be a 404) and that every id reached its
+  server. One instance per server (not llama-cpp-python's one per name, swapped in and out) with its prompt cache:
+  every backbone is sent the same prompts, so all but the first on an instance skip the prefill.
 - a reasoning stand-in for deepseek-ai/DeepSeek-R1-Distill-Qwen-14B: a thin OpenAI-compatible proxy (listed in
-  `servers` too, refusing other names) that forwards to a third, hidden llama.cpp server and wraps the answer as
-  `<think>...</think>answer`, what an R1 distill writes when vLLM runs without a reasoning parser.
+  `servers` too, refusing other names) that forwards to server A under a name A accepts but does not list, and
+  wraps the answer as `<think>...</think>answer`, what an R1 distill writes when vLLM runs without a reasoning
+  parser.
 - an Anthropic stand-in speaking Messages and Message Batches (tests/fake_servers.py's FakeAnthropicBatchServer
-  with its model answers taken from the hidden llama.cpp server); the official `anthropic` client reaches it via
+  with its model answers taken from server A the same way); the official `anthropic` client reaches it via
   ANTHROPIC_BASE_URL with a dummy key, and `anthropic_batch: true` sends Claude's single-call cells as batches.
 
 Then `make paper PROFILE=paper YES=1` (the plan first, then notebooks 00-07) with P overrides that keep every
@@ -55,7 +58,8 @@ LLAMA_GROUPS = {
 }
 VLLM_IDS = {name: mid for group in LLAMA_GROUPS.values() for name, mid in group.items()}
 REASONING = ("DeepSeek-R1-Distill-Qwen-14B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B")
-UPSTREAM_ALIAS = "smollm2-135m-dryrun-upstream"  # the hidden server behind the proxies (not in `servers`)
+UPSTREAM_ALIAS = "smollm2-135m-dryrun-upstream"  # the proxies' upstream: a name server A accepts but does not list
+UPSTREAM_GROUP = "A"
 N_CTX = 4096  # the longest dry-run prompt (a judge conversation with its repair turn) is ~2,500 SmolLM2 tokens
 # One sample per cell and every artefact kept, each call made small: a plumbing run, its numbers mean nothing.
 # Every notebook runs every backbone; what is cut is what no check reads:
@@ -115,7 +119,7 @@ def make_proxies(upstream: str):
             return data
 
     class AnthropicStandIn(FakeAnthropicBatchServer):
-        """Messages + Message Batches; each answer is the hidden llama.cpp server's (one request at a time)."""
+        """Messages + Message Batches; each answer is server A's under its hidden name (one request at a time)."""
 
         def respond(self, payload: dict) -> dict:
             def text_of(content) -> str:
@@ -160,46 +164,30 @@ class Servers:
         self.urls: dict[str, str] = {}
         self.request_logs: dict[str, Path] = {}
 
-    def start_llama(self, name: str, aliases: list[str], model_path: str, threads: int) -> str:
-        """A strict llama.cpp server serving `model_path` under each of `aliases`; logs every name it is sent."""
-        port = free_port()
-        cfg = {"host": "127.0.0.1", "port": port,
-               "models": [{"model": model_path, "model_alias": alias, "n_ctx": N_CTX, "n_threads": threads,
-                           "n_threads_batch": threads, "verbose": False} for alias in aliases]}
-        (self.workdir / f"{name}.json").write_text(json.dumps(cfg))
-        log = self.workdir / f"{name}.log"
-        self.request_logs[name] = self.workdir / f"{name}.requests"
-        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "strict_llama_server.py"), "--config_file",
-                                 str(self.workdir / f"{name}.json"), "--request-log", str(self.request_logs[name])],
-                                stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                                env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        self.procs.append((proc, url, log))
+    def start_llama(self, name: str, aliases: list[str], model_path: str, threads: int, hidden=()) -> str:
+        """A strict llama.cpp server: ONE SmolLM2 instance with a RAM prompt cache answering every name of
+        `aliases` (and `hidden`, accepted but not listed); logs every name it is sent. One instance, not one per
+        name: the paper's backbones all get the same prompts, so every backbone after the first costs no prefill."""
+        from strict_llama_server import start
+
+        proc, url, req_log = start(aliases, self.workdir, name=name, threads=threads, n_ctx=N_CTX,
+                                   model_path=model_path, shared=True, hidden=hidden, prompt_cache=True)
+        self.request_logs[name] = req_log
+        url = url.removesuffix("/v1")
+        self.procs.append((proc, url, self.workdir / f"{name}.log"))
         return url
 
     def requests_seen(self, name: str) -> list[tuple[int, str]]:
         """(status, model) of every POST server `name` was sent."""
-        p = self.request_logs[name]
-        lines = p.read_text(encoding="utf-8").splitlines() if p.exists() else []
-        return [(int(a), b) for a, b in (ln.split(" ", 1) for ln in lines if ln.strip())]
+        from strict_llama_server import requests_seen
+
+        return requests_seen(self.request_logs[name])
 
     def wait_ready(self) -> None:
-        import httpx
+        from strict_llama_server import wait_ready
 
-        deadline = time.monotonic() + START_TIMEOUT_S
         for proc, url, log in self.procs:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"llama.cpp server {url} exited ({proc.returncode}):\n"
-                                       f"{log.read_text(errors='replace')[-2000:]}")
-                try:
-                    if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"llama.cpp server {url} not ready after {START_TIMEOUT_S} s (log: {log})")
-                time.sleep(0.3)
+            wait_ready(proc, url + "/v1", timeout_s=START_TIMEOUT_S, log_path=log)
 
     def stop(self) -> None:
         for p in self.proxies:
@@ -303,13 +291,33 @@ def check(out_dir: Path, backbones: list[str], judge: str, counters: dict) -> li
 
 
 # ------------------------------------------------------------------------------------------------- main
+def cpu_busy_fraction(window_s: float = 1.0) -> float:
+    """Share of all cores busy over the next `window_s` (from /proc/stat), 0.0 where it cannot be read.
+
+    Not the load average: that lags by minutes, so right after CI's test suite (or a paused job) it still reads
+    high on an idle machine and would halve the dry run's speed for nothing."""
+    def snap():
+        with open("/proc/stat", encoding="ascii") as fh:
+            v = [int(x) for x in fh.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # total, idle + iowait
+
+    try:
+        t0, i0 = snap()
+        time.sleep(window_s)
+        t1, i1 = snap()
+    except (OSError, ValueError):
+        return 0.0
+    return 0.0 if t1 == t0 else 1.0 - (i1 - i0) / (t1 - t0)
+
+
 def default_threads() -> int:
-    """llama.cpp threads per server: every core on an idle machine; one when the machine is already busy.
+    """llama.cpp threads per server: every core (at most 2) when the cores are free now; one when they are busy.
 
     An oversubscribed multi-threaded llama.cpp spins at its barriers: measured here with the 1-min load average
-    at 8.5 on 2 cores, SmolLM2 prompt processing ran at 21 tok/s with 2 threads against 49 tok/s with 1."""
+    at 8.5 on 2 cores, SmolLM2 prompt processing ran at 21 tok/s with 2 threads against 49 tok/s with 1. Calls
+    are sequential (concurrency 1), so only one server computes at a time."""
     cores = os.cpu_count() or 1
-    busy = os.getloadavg()[0] > max(1.0, cores - 0.5)
+    busy = cpu_busy_fraction() > 0.5
     return 1 if busy or cores < 2 else min(2, cores)
 
 
@@ -317,7 +325,7 @@ def routing_problems(srv: "Servers", reasoning, anthropic) -> list[str]:
     """Every vLLM id reached its own llama.cpp server and no server refused a name (a mis-routed call is a 404)."""
     problems = []
     for name, group in LLAMA_GROUPS.items():
-        seen = srv.requests_seen(name)
+        seen = [(st, m) for st, m in srv.requests_seen(name) if m != UPSTREAM_ALIAS]
         refused = sorted({m for st, m in seen if st != 200})
         got = {mid: sum(1 for st, m in seen if st == 200 and m == mid) for mid in group.values()}
         ok = not refused and all(got.values())
@@ -332,7 +340,7 @@ def routing_problems(srv: "Servers", reasoning, anthropic) -> list[str]:
           + (f"foreign names {foreign}" if foreign else f"all for {REASONING[1]}"))
     if not ok:
         problems.append(f"reasoning stand-in was sent {foreign}")
-    up = srv.requests_seen("upstream")
+    up = [(st, m) for st, m in srv.requests_seen(UPSTREAM_GROUP) if m == UPSTREAM_ALIAS]
     bad = sorted({m for st, m in up if st != 200})
     print(("  ok   " if not bad else "  FAIL ") + f"hidden upstream: {len(up)} call(s) from the two proxies"
           + (f"; refused {bad}" if bad else ""))
@@ -363,12 +371,16 @@ def main(argv=None) -> int:
                     help=f"deadline of the whole run, servers to verdict (default {DEADLINE_S} s); past it: fail")
     ap.add_argument("--make", default=os.environ.get("MAKE", "make"))
     ap.add_argument("--venv", default=os.environ.get("VENV", ".venv"))
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="notebooks run at once (make -j; default: one per core, at most 2). Cells two notebooks "
+                         "share are locked, so the second waits for the first and replays its calls")
     ap.add_argument("--threads", type=int, default=None,
-                    help="llama.cpp threads per server (default 2; 1 when the load average says the cores are busy)")
+                    help="llama.cpp threads per server (default: cores / jobs; 1 when the cores are busy now)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     deadline = t0 + a.timeout_s
-    threads = a.threads or default_threads()
+    jobs = a.jobs or min(2, os.cpu_count() or 1)
+    threads = a.threads or max(1, default_threads() // jobs)
     from balms.models.gguf_assets import gguf_path
     from balms.models.registry import JUDGE_MODEL
 
@@ -394,18 +406,22 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()
     try:
         for name, group in LLAMA_GROUPS.items():
-            url = srv.start_llama(name, list(group.values()), model, threads)
+            # the proxies' upstream is server A's instance under a name it does not list: the reasoning and
+            # Claude stand-ins then reuse the prompt states of A's two backbones
+            url = srv.start_llama(name, list(group.values()), model, threads,
+                                  hidden=(UPSTREAM_ALIAS,) if name == UPSTREAM_GROUP else ())
             srv.urls_by_group[name] = url
             for reg in group:
                 srv.urls[reg] = url
-        upstream = srv.start_llama("upstream", [UPSTREAM_ALIAS], model, threads)
+        upstream = srv.urls_by_group[UPSTREAM_GROUP]
         srv.wait_ready()
         reasoning, anthropic = make_proxies(upstream)
         srv.proxies = [reasoning.start(), anthropic.start()]
         srv.urls[REASONING[0]] = reasoning.url
         servers = list(dict.fromkeys(u + "/v1" for u in srv.urls.values()))
         say(f"{len(srv.procs)} llama.cpp servers (SmolLM2-135M, {threads} thread(s) each, n_ctx {N_CTX}) and 2 "
-            f"proxies up in {time.monotonic() - t0:.0f} s; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}:")
+            f"proxies for {jobs} notebook(s) at once up in {time.monotonic() - t0:.0f} s; load average "
+            f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}:")
         for name, u in srv.urls.items():
             print(f"    {name:30s} {u}")
         print(f"    {'(hidden upstream)':30s} {upstream}\n    {'Claude-Haiku-4.5 (Anthropic)':30s} {anthropic.url}")
@@ -421,9 +437,9 @@ def main(argv=None) -> int:
                    BALMS_CACHE_DIR=str(cache), ANTHROPIC_API_KEY="dryrun-loopback-not-a-key",
                    ANTHROPIC_BASE_URL=anthropic.url)
         env.pop("BALMS_ANTHROPIC_MODEL", None)
-        cmd = [a.make, "--no-print-directory", "paper", "PROFILE=paper", "YES=1", f"VENV={a.venv}",
+        cmd = [a.make, "--no-print-directory", f"-j{jobs}", "paper", "PROFILE=paper", "YES=1", f"VENV={a.venv}",
                f"EXEC_DIR={BUILD.relative_to(ROOT)}/executed", f"P={p}"]
-        say("running: " + " ".join(cmd[:6]) + " EXEC_DIR=... P=\"" + p + "\"")
+        say("running: " + " ".join(cmd[:7]) + " EXEC_DIR=... P=\"" + p + "\"")
         t_nb = time.monotonic()
         make = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
         try:

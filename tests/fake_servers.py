@@ -51,8 +51,9 @@ class FakeServerBase:
     kind = "base"
 
     def __init__(self, *, latency: float = 0.0, faults=(), timeout_sleep: float = 3.0, retry_after: str | None = "0",
-                 models=("fake-model",), strict: bool = False):
+                 models=("fake-model",), strict: bool = False, models_delay: float = 0.0):
         self.models = list(models)  # what GET /v1/models lists
+        self.models_delay = models_delay  # seconds before GET /v1/models answers (a busy server)
         self.strict = strict  # strict: a request for a model not in `models` gets vLLM's 404
         self.latency = latency
         self.faults: deque[str] = deque(faults)
@@ -121,6 +122,7 @@ class FakeServerBase:
             def do_GET(self):
                 with server.lock:
                     server.n_gets += 1
+                time.sleep(server.models_delay)
                 body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in server.models]})
                 self._send(200, body.encode())
 

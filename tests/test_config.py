@@ -65,7 +65,8 @@ def test_notebook_parameters_are_known_and_left_to_the_profile(nb):
 def test_notebook_receives_only_its_own_parameters():
     nb = PROJECT_ROOT / "notebooks" / "00_preprocessing.py"
     vals = config.resolve_for_notebook("paper", nb, "-p seed 3")
-    assert set(vals) == set(config.notebook_parameters(nb)) and vals["seed"] == 3 and vals["profile"] == "paper"
+    assert set(vals) == set(config.notebook_parameters(nb)) - {"settings"}  # no extra overrides: no settings
+    assert vals["seed"] == 3 and vals["profile"] == "paper"
     assert "backbones" not in vals  # 00 does not declare it: papermill never sees it
 
 
@@ -73,10 +74,21 @@ def test_explicit_overrides_reach_a_notebook_that_does_not_declare_them():
     nb = PROJECT_ROOT / "notebooks" / "01_prediction.py"
     assert "servers" not in config.notebook_parameters(nb)
     cli = """-p servers '["http://127.0.0.1:9/v1"]' -p anthropic_batch true"""
-    vals = config.resolve_for_notebook("paper", nb, cli)
-    assert vals["servers"] == ["http://127.0.0.1:9/v1"] and vals["anthropic_batch"] is True
+    vals = config.resolve_for_notebook("paper", nb, cli + " -p seed 4")
+    # undeclared keys travel in the one declared `settings` dict: papermill has no unknown parameter to warn about
+    assert set(vals) - set(config.notebook_parameters(nb)) == set(), sorted(vals)
+    assert vals["settings"] == {"servers": ["http://127.0.0.1:9/v1"], "anthropic_batch": True} and vals["seed"] == 4
     cfg = config.from_notebook(vals)  # what the notebook's first cell builds from papermill's injected values
     assert cfg.servers == ["http://127.0.0.1:9/v1"] and cfg.anthropic_batch and cfg.profile == "paper"
+    assert cfg.seed == 4
+    with pytest.raises(config.ConfigError, match="judge_mod"):  # a typo inside settings is named, not ignored
+        config.from_notebook(vals | {"settings": {"judge_mod": "paper"}})
+
+
+def test_every_notebook_declares_settings():
+    """Without it, `make paper P="-p servers ..."` could not reach a notebook that does not declare `servers`."""
+    for nb in NOTEBOOKS:
+        assert "settings" in config.notebook_parameters(nb), nb.name
 
 
 def test_cli_overrides_parse_like_papermill():

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from balms.models import routing
+from balms.models import discovery, routing
 from balms.models.base import BackendError, GenParams, Message
 from balms.models.budgets import budget_for
 from balms.models.registry import UnknownModelError, get_backend
@@ -54,6 +54,19 @@ def test_each_model_goes_only_to_its_servers_and_shares_load(two_servers, isolat
     qb = sum(r["model"] == QWEN7 for r in b.requests)
     assert qa + qb == 20 and min(qa, qb) >= 5, (qa, qb)
     assert a.n_gets == 1 and b.n_gets == 1  # /v1/models asked once per process, not per backend or call
+
+
+def test_busy_server_is_asked_again_with_more_patience():
+    """A server that accepted the connection but answers /v1/models late (busy generating) is not reported as
+    serving nothing: discovery asks once more with SLOW_RETRY_FACTOR x the timeout; one slower still fails."""
+    slow = FakeOpenAIServer(models=[QWEN7], models_delay=0.6).start()
+    too_slow = FakeOpenAIServer(models=[MISTRAL], models_delay=3.0).start()
+    try:
+        infos = discovery.discover([slow.url, too_slow.url], timeout_s=0.3)
+        assert infos[0].models == [QWEN7] and infos[0].error is None and slow.n_gets == 2
+        assert infos[1].models == [] and "Timeout" in infos[1].error and too_slow.n_gets == 2
+    finally:
+        slow.stop(), too_slow.stop()
 
 
 def test_served_name_outside_registry_runs_by_that_name(two_servers, isolated_cache):
@@ -263,6 +276,26 @@ def test_real_llamacpp_servers_route_by_served_name(strict_llama_servers, monkey
 
 
 @pytest.mark.slow
+def test_stand_in_server_lists_its_models_while_generating(strict_llama_servers):
+    """Two notebooks at once (make -j2) share the stand-ins: one asks /v1/models while the other's call is being
+    generated. llama-cpp-python's own handler would wait for the model lock; the stand-in answers at once, as vLLM."""
+    url_a, _ = strict_llama_servers
+    with ThreadPoolExecutor(1) as ex:
+        busy = ex.submit(httpx.post, url_a + "/chat/completions", timeout=120, json={
+            "model": "smol-a", "messages": [{"role": "user", "content": "Write a long story."}],
+            "max_tokens": 400, "temperature": 0.0})
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        r = httpx.get(url_a + "/models", timeout=5)
+        waited = time.monotonic() - t0
+        still_generating = not busy.done()
+        assert busy.result().status_code == 200
+    assert still_generating, "the generation ended before /v1/models was asked: the test proved nothing"
+    assert r.status_code == 200 and {m["id"] for m in r.json()["data"]} == {"smol-shared", "smol-a"}, r.text
+    assert waited < 2.0, waited
+
+
+@pytest.mark.slow
 def test_stand_in_server_honours_vllm_json_schema_dialect(strict_llama_servers, monkeypatch, isolated_cache):
     """The paper profile talks vLLM's dialect (response_format json_schema); the dry run's llama.cpp stand-ins
     translate it, so the judge's schema constrains decoding there as it would on vLLM (no 422, no fallback)."""
@@ -279,3 +312,29 @@ def test_stand_in_server_honours_vllm_json_schema_dialect(strict_llama_servers, 
     vllm_style = get_backend("smol-a", cache_mode="off", timeout_s=60)  # the default (vLLM) dialect
     c = vllm_style.generate(MSGS, GenParams(max_tokens=16, json_schema=schema))
     assert json.loads(c.text)["score"] in {1, 2, 3, 4, 5}
+
+
+@pytest.mark.slow
+def test_one_instance_answers_several_served_names(tmp_path):
+    """The dry run's stand-in: one SmolLM2 instance with its prompt cache answers every name it serves (listed),
+    a hidden name (accepted, not listed) and refuses the rest. (Texts are not compared: a prompt restored from the
+    cache has its last token evaluated alone, and the tiny model's greedy text can differ from a fresh prefill's.)"""
+    import strict_llama_server as sls
+
+    proc, url, req_log = sls.start(["n-one", "n-two"], tmp_path, name="shared", shared=True, hidden=("n-hidden",),
+                                   prompt_cache=True, n_ctx=1024)
+    try:
+        sls.wait_ready(proc, url, log_path=tmp_path / "shared.log")
+        listed = [m["id"] for m in httpx.get(url + "/models", timeout=5).json()["data"]]
+        body = {"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 6, "temperature": 0.0}
+        texts = {}
+        for name in ("n-one", "n-two", "n-hidden", "n-other"):
+            r = httpx.post(url + "/chat/completions", json=body | {"model": name}, timeout=60)
+            texts[name] = (r.status_code, r.json()["choices"][0]["message"]["content"] if r.status_code == 200 else "")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert listed == ["n-one", "n-two"]
+    assert [texts[n][0] for n in ("n-one", "n-two", "n-hidden", "n-other")] == [200, 200, 200, 404]
+    assert all(texts[n][1].strip() for n in ("n-one", "n-two", "n-hidden")), texts
+    assert sls.requests_seen(req_log) == [(200, "n-one"), (200, "n-two"), (200, "n-hidden"), (404, "n-other")]

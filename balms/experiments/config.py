@@ -247,10 +247,22 @@ def load(profile: str | Path = "demo", **overrides) -> ExperimentConfig:
     return build(values | given, source=f"profile {name!r} with overrides {sorted(given)}")
 
 
+# The one parameter every notebook declares besides `profile` and its own fields: command-line overrides the
+# notebook does not declare (servers, anthropic_batch, reasoning budgets) arrive in it as a dict, so papermill has
+# nothing to warn about ("Passed unknown parameter") and the executed notebook still records them.
+SETTINGS = "settings"
+
+
 def from_notebook(namespace: dict[str, Any]) -> ExperimentConfig:
-    """A notebook's config: its `profile` plus the parameters its parameters cell declares (None = profile's)."""
+    """A notebook's config: its `profile`, the parameters its parameters cell declares (None = profile's) and
+    the command line's other overrides (`settings`)."""
     profile = namespace.get("profile") or "demo"
-    return load(profile, **{k: namespace[k] for k in FIELDS if k != "profile" and k in namespace})
+    extra = dict(namespace.get(SETTINGS) or {})
+    unknown = sorted(set(extra) - set(FIELDS))
+    if unknown:
+        raise ConfigError(_unknown_message(unknown, f"the notebook's {SETTINGS!r} parameter"))
+    declared = {k: namespace[k] for k in FIELDS if k != "profile" and k in namespace}
+    return load(profile, **(extra | declared))
 
 
 # ------------------------------------------------------------------------------ papermill parameters ---
@@ -272,7 +284,7 @@ def notebook_parameters(notebook: str | Path) -> list[str]:
     for node in ast.parse("\n".join(cell)).body:
         if isinstance(node, ast.Assign):
             names += [t.id for t in node.targets if isinstance(t, ast.Name)]
-    bad = [n for n in names if n not in FIELDS]
+    bad = [n for n in names if n not in FIELDS and n != SETTINGS]
     if bad:
         raise ConfigError(_unknown_message(bad, f"{notebook} parameters cell"))
     return names
@@ -297,12 +309,18 @@ def resolve_for_notebook(profile: str, notebook: str | Path, cli: str = "") -> d
     if unknown:
         raise ConfigError(_unknown_message(unknown, "P (command-line parameters)"))
     cfg = load(profile, **overrides)
-    # the notebook's declared parameters, plus every key given explicitly on the command line: execution settings
-    # no parameters cell declares (servers, anthropic_batch, reasoning budgets) reach the notebook's config
-    # (papermill injects them; `from_notebook` reads every config field it finds) instead of being dropped
-    wanted = notebook_parameters(notebook) + [k for k in overrides if k not in ("profile",)]
+    # the notebook's declared parameters, resolved; every other key given explicitly on the command line
+    # (execution settings no parameters cell declares: servers, anthropic_batch, reasoning budgets) goes into
+    # the declared `settings` dict, which `from_notebook` merges, instead of being dropped
+    declared = notebook_parameters(notebook)
     full = cfg.model_dump()
-    return {k: full[k] for k in dict.fromkeys(wanted)}
+    out = {k: full[k] for k in declared if k != SETTINGS}
+    extra = {k: full[k] for k in overrides if k not in declared and k != "profile"}
+    if extra:
+        if SETTINGS not in declared:
+            raise ConfigError(f"{notebook}: overrides {sorted(extra)} need a {SETTINGS!r} parameter to reach it")
+        out[SETTINGS] = extra
+    return out
 
 
 NOTEBOOKS_DIR = paths.PROJECT_ROOT / "notebooks"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 DISCOVERY_TIMEOUT_S = 5.0
+SLOW_RETRY_FACTOR = 6  # a server that accepted the connection but timed out is asked once more, this much longer
 FAILURE_TTL_S = 30.0  # a server that did not answer is asked again after this long (it may be loading)
 
 
@@ -71,7 +72,11 @@ def _ask(url: str, timeout_s: float) -> ServerInfo:
 
     key = os.environ.get("BALMS_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "EMPTY"
     try:
-        r = httpx.get(url + "/models", timeout=timeout_s, headers={"Authorization": f"Bearer {key}"})
+        try:
+            r = httpx.get(url + "/models", timeout=timeout_s, headers={"Authorization": f"Bearer {key}"})
+        except httpx.ReadTimeout:  # connected but slow (a busy server): once more with more patience
+            r = httpx.get(url + "/models", timeout=SLOW_RETRY_FACTOR * timeout_s,
+                          headers={"Authorization": f"Bearer {key}"})
         if r.status_code != 200:
             return ServerInfo(url, error=f"HTTP {r.status_code}: {r.text[:120]}", asked_at=time.time())
         data = r.json().get("data")
