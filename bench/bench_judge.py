@@ -37,7 +37,6 @@ CONFIGS = {
     "geval": dict(mode="geval"),
     "geval+hint": dict(mode="geval", grounding_hint=True),
 }
-D1_TARGET = "PHQ-4 anxiety subscale item (feel_anxious)"
 
 
 def _cpu() -> float:
@@ -46,14 +45,9 @@ def _cpu() -> float:
 
 
 def d1_items() -> list[dict]:
-    from balms import paths
-    from balms.judges.cli import load_case, render_case_window
+    from balms.experiments.judging import case_study_items
 
-    case = load_case(paths.CASE_STUDY_D1)
-    base = dict(window_text=render_case_window(case), window=case["window"], gold=case["gold_label"],
-                scale=tuple(case["scale"]), target=D1_TARGET)
-    return [dict(base, name=f"d1:{n.split('-')[0]}", predicted=r["prediction"], rationale=r["text"])
-            for n, r in case["rationales"].items()]
+    return [dict(it, name=f"d1:{it['name'].split('-')[0]}") for it in case_study_items()]
 
 
 def synthetic_items(d1: list[dict]) -> list[dict]:

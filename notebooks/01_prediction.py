@@ -38,6 +38,7 @@ settings = None  # other command-line overrides (P) as a dict: servers, batches,
 
 # %%
 from balms import experiments as ex, report
+from balms.experiments.checks import record_check
 
 cfg = ex.from_notebook(globals())
 NB = "01_prediction"
@@ -61,6 +62,11 @@ t3.round(3)
 # %%
 report.save_table(summary, "prediction_zero_shot_cells", artefact="Table 3 (cells)", notebook=NB, source=src,
                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs), caption="per-cell MAE with 95% CI")
+fewest = summary.loc[summary["n_parsed"].idxmin()] if len(summary) else None
+print(f"Fewest parsed predictions in a cell: {int(fewest.n_parsed)} of {int(fewest.n)} ({fewest.dataset} "
+      f"{fewest.system} {fewest.model})." if fewest is not None else "No cell ran.")
+record_check(cfg, "min_parsed_per_cell_zero_shot", int(fewest.n_parsed) if fewest is not None else 0, ">= 5",
+             fewest is not None and fewest.n_parsed >= 5, notebook=NB, source=src)
 summary.round(3)
 
 # %%

@@ -39,6 +39,8 @@ settings = None  # other command-line overrides (P) as a dict: servers, batches,
 # %%
 
 from balms import experiments as ex, report
+from balms.experiments import claims
+from balms.experiments.checks import record_check
 
 cfg = ex.from_notebook(globals())
 NB = "02_cot"
@@ -53,6 +55,14 @@ mean_pred = ex.mean_predictor_rows(cfg)
 t3c = ex.table3_paper_vs_ours(summary, mean_pred, cot=True)
 report.save_table(t3c, "table3_cot", artefact="Table 3 (+CoT)", notebook=NB, source=src, profile=cfg.profile,
                   models=ex.models_run(recs), n=len(recs), caption=f"CoT MAE; ours: {models_caption}")
+cot_recs, cot_cells = recs[recs.cot], summary[summary.cot]
+n_cot_parsed = int(cot_recs["prediction"].notna().sum())
+cot_parse = n_cot_parsed / len(cot_recs) if len(cot_recs) else float("nan")
+print(f"CoT answers parsed: {n_cot_parsed} of {len(cot_recs)} ({claims.pct(cot_parse)}); fewest "
+      f"parsed in a CoT cell: {int(cot_cells['n_parsed'].min()) if len(cot_cells) else 0}.")
+record_check(cfg, "cot_parse_rate", round(cot_parse, 3), ">= 0.7", cot_parse >= 0.7, notebook=NB, source=src)
+record_check(cfg, "min_parsed_per_cell_cot", int(cot_cells["n_parsed"].min()) if len(cot_cells) else 0, ">= 5",
+             bool(len(cot_cells)) and cot_cells["n_parsed"].min() >= 5, notebook=NB, source=src)
 t3c.round(3)
 
 # %% [markdown]

@@ -51,6 +51,7 @@ import pandas as pd
 
 from balms import experiments as ex, report, paths
 from balms.experiments import claims
+from balms.experiments.checks import record_check
 from balms.judges.grounding import check_rationale
 
 cfg = ex.from_notebook(globals())
@@ -157,6 +158,27 @@ for r in t8.itertuples():
           f"{r.paper_wrong_day}: {agree}.")
 
 # %% [markdown]
+# ## The same case study, judged by this profile's judge
+# What to look for: the paper's audit says Claude's rationale is grounded and Qwen's mis-attributes two claims, so a
+# judge that reads the evidence should score Claude's higher on evidence grounding. (The paper's greedy JSON judge
+# on an embedded model gave both the same score; `judge_mode: geval` is our extension, labelled where used.)
+
+# %%
+d1 = ex.judge_case_study(cfg)
+report.save_table(d1, "case_study_d1_judged", artefact="Case study D.1 (judged)", notebook=NB, source="real",
+                  profile=cfg.profile, models=judges, n=len(d1),
+                  caption=f"the paper's two D.1 rationales judged by {jcap} ({mode})")
+eg_by = d1.set_index("rationale")["evidence_grounding"] if "evidence_grounding" in d1 else pd.Series(dtype=float)
+gap = eg_by.get("Claude-Haiku-4.5", float("nan")) - eg_by.get("Qwen2.5-7B-Instruct", float("nan"))
+print(f"Evidence grounding, Claude's rationale minus Qwen's: {claims.fmt(gap)} "
+      + ("(Claude's scored higher, as the paper's audit implies)." if gap > 0 else
+         "(Claude's NOT scored higher: this judge does not reproduce the paper's audit here)." if gap == gap else
+         "(a rationale went unscored)."))
+record_check(cfg, "judge_d1_grounding_claude_minus_qwen", round(float(gap), 3), "> 0", bool(gap > 0),
+             notebook=NB, source="real")
+d1.round(2)
+
+# %% [markdown]
 # ## The grounding checker over every rationale
 
 # %%
@@ -178,3 +200,20 @@ cmp_ = gsum[["dataset", "system", "supported_share"]].merge(eg, on=["dataset", "
 for r in cmp_.itertuples():
     print(f"{r.dataset} {r.system}: checker-supported share {claims.fmt(r.supported_share)}, judge evidence grounding "
           f"{claims.fmt(getattr(r, 'evidence_grounding', float('nan')))} (1-5).")
+
+# %% [markdown]
+# Does the judge discriminate, and does it track grounding? The number of distinct Tier-2 overall scores across
+# the judged rationales (a judge that gives every rationale the same score cannot rank them), and the Spearman rank
+# correlation between the overall score and the checker's share of wrong claims per rationale (negative = the judge
+# scores rationales with more wrong claims lower).
+
+# %%
+distinct = int(judged.loc[judged.judge_status == "scored", "overall"].round(2).nunique()) if "overall" in judged else 0
+rho = ex.judge_vs_grounding(judged, ground)
+print(f"{distinct} distinct Tier-2 overall value(s) over {int((judged.judge_status == 'scored').sum())} scored "
+      f"rationales; Spearman rho with the wrong-claim share {claims.fmt(rho['rho'])} (p = {claims.fmt(rho['p'])}, "
+      f"n = {rho['n']} rationales with at least one checked claim)"
+      + ("." if rho["rho"] == rho["rho"] else ": too few rationales with checked claims, or no variation, to rank."))
+record_check(cfg, "judge_tier2_overall_distinct", distinct, ">= 3", distinct >= 3, notebook=NB, source=src)
+record_check(cfg, "judge_overall_vs_wrong_claims_spearman", round(rho["rho"], 3), "reported (< 0 = tracks grounding)",
+             rho["rho"] == rho["rho"], notebook=NB, source=src)

@@ -412,3 +412,33 @@ def test_judge_sees_a_paper_style_window_as_the_agent_did(pmdata_dir):
     lines = [ln for ln in judge_prompt.splitlines() if ln.startswith("[") and "]: [" in ln]
     assert [ln.split("]")[0] for ln in lines] == ["[Steps", "[Burned Calories", "[Resting Heart Rate", "[SleepMinutes"]
     assert all(ln in be.calls[0][0][1].content for ln in lines)
+
+
+def test_case_study_items_carry_the_papers_audit():
+    from balms.experiments.judging import case_study_items
+
+    items = {it["name"]: it for it in case_study_items()}
+    assert set(items) == {"Qwen2.5-7B-Instruct", "Claude-Haiku-4.5"}
+    assert items["Qwen2.5-7B-Instruct"]["paper_wrong_day"] == 2 and items["Claude-Haiku-4.5"]["paper_wrong_day"] == 0
+    assert "day 1" in items["Claude-Haiku-4.5"]["window_text"] and items["Claude-Haiku-4.5"]["rationale"]
+
+
+def test_judge_vs_grounding_rank_correlation():
+    """Negative when the judge scores rationales with more wrong claims lower; NaN (not a number made up) when
+    the judge gives everything the same score or too few rationales have a checked claim."""
+    import pandas as pd
+
+    from balms.experiments.judging import judge_vs_grounding
+
+    keys = dict(dataset="pmdata", system="healthllm", model="m")
+    judged = pd.DataFrame([dict(keys, sample_id=f"s{i}", judge_status="scored", overall=5.0 - i) for i in range(5)])
+    ground = pd.DataFrame([dict(keys, sample_id=f"s{i}", n_claims=4, wrong_day=i % 3, value_not_found=i // 3)
+                           for i in range(5)])  # wrong shares 0, .25, .5, .25, .5 (ranks tie)
+    got = judge_vs_grounding(judged, ground)
+    assert got["n"] == 5 and got["rho"] < -0.5
+    flat = judge_vs_grounding(judged.assign(overall=3.0), ground)
+    assert math.isnan(flat["rho"]) and flat["n"] == 5
+    none = judge_vs_grounding(judged, ground.assign(n_claims=0))  # no checked claim: no share to rank
+    assert math.isnan(none["rho"]) and none["n"] == 0
+    unscored = judge_vs_grounding(judged.assign(judge_status="unscored"), ground)
+    assert unscored["n"] == 0

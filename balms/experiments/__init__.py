@@ -24,7 +24,13 @@ from balms.experiments.grid import (
                                     run_cell_spec,
                                     run_grid,
 )
-from balms.experiments.judging import aggregate_judgements, ground_grid, judge_grid
+from balms.experiments.judging import (
+    aggregate_judgements,
+    ground_grid,
+    judge_case_study,
+    judge_grid,
+    judge_vs_grounding,
+)
 from balms.experiments.summaries import (
     CELL_KEYS,
     PAPER_JUDGE_DATASETS,
@@ -36,6 +42,7 @@ from balms.experiments.summaries import (
 
 __all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
            "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES", "agent_options", "aggregate_judgements", "cohort",
-           "from_notebook", "grid_result", "ground_grid", "horizon_grid", "judge_grid", "load", "make_cell",
+           "from_notebook", "grid_result", "ground_grid", "horizon_grid", "judge_case_study", "judge_grid",
+           "judge_vs_grounding", "load", "make_cell",
            "mean_predictor_rows", "models_run", "phia_executor_grid", "run_cell", "run_cell_spec", "run_grid",
            "summarize", "table3_paper_vs_ours", "with_lookback"]

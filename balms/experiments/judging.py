@@ -104,6 +104,63 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
     return pd.DataFrame(rows)
 
 
+# the case file's window is the GLOBEM INS-W anxiety item the paper's D.1 predicts
+CASE_STUDY_TARGET = "PHQ-4 anxiety subscale item (feel_anxious)"
+
+
+def case_study_items(path=None) -> list[dict]:
+    """The paper's case study D.1 as judge inputs, one per quoted rationale (the backbone's name under `name`):
+    Qwen's mis-attributes two of four claims to the wrong day, Claude's none (the paper's hand audit)."""
+    from balms import paths
+    from balms.judges.cli import load_case, render_case_window
+
+    case = load_case(path or paths.CASE_STUDY_D1)
+    base = dict(window_text=render_case_window(case), window=case["window"], gold=case["gold_label"],
+                scale=tuple(case["scale"]), target=CASE_STUDY_TARGET)
+    return [dict(base, name=name, predicted=r["prediction"], rationale=r["text"],
+                 paper_wrong_day=len(r["paper_audit"]["wrong_day_claims"]))
+            for name, r in case["rationales"].items()]
+
+
+def judge_case_study(cfg: ExperimentConfig, *, judge_model: str | None = None) -> pd.DataFrame:
+    """The profile's judge (model, mode, grounding hint, budget) on case study D.1: one row per rationale with its
+    Tier-2 scores. Calls go through the response cache, so a replayed run reproduces it without a model."""
+    from balms.judges.llm_judge import judge_rationale
+    from balms.models.registry import get_backend
+    from balms.models.routing import check_models
+
+    judge_model = judge_model or cfg.judge_model
+    check_models([judge_model], cfg.servers, cache_mode=cfg.cache_mode)
+    judge = get_backend(judge_model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+    rows = []
+    for it in case_study_items():
+        res = judge_rationale(judge, window_text=it["window_text"], gold=it["gold"], predicted=it["predicted"],
+                              rationale=it["rationale"], scale=it["scale"], target=it["target"], window=it["window"],
+                              max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify, mode=cfg.judge_mode,
+                              grounding_hint=cfg.judge_grounding_hint)
+        rows.append({"rationale": it["name"], "paper_wrong_day_claims": it["paper_wrong_day"],
+                     "judge_model": judge_model, "judge_mode": res.mode, "judge_status": res.status,
+                     **res.tier2})
+    return pd.DataFrame(rows)
+
+
+def judge_vs_grounding(judged: pd.DataFrame, ground: pd.DataFrame) -> dict:
+    """Spearman rank correlation, over the rationales both scored, between the judge's Tier-2 overall and the
+    grounding checker's share of wrong claims (wrong day or value not found, of the numeric claims checked).
+    A judge that tracks grounding gives a negative rho. NaN where fewer than 3 rationales or no variation."""
+    from scipy.stats import spearmanr
+
+    keys = ["dataset", "system", "model", "sample_id"]
+    g = ground.assign(wrong_share=(ground["wrong_day"] + ground["value_not_found"])
+                      / ground["n_claims"].where(ground["n_claims"] > 0))
+    both = judged[judged["judge_status"] == "scored"][keys + ["overall"]].merge(g[keys + ["wrong_share"]], on=keys)
+    both = both.dropna(subset=["overall", "wrong_share"])
+    if len(both) < 3 or both["overall"].nunique() < 2 or both["wrong_share"].nunique() < 2:
+        return {"rho": float("nan"), "p": float("nan"), "n": len(both)}
+    rho, pval = spearmanr(both["overall"], both["wrong_share"])
+    return {"rho": float(rho), "p": float(pval), "n": len(both)}
+
+
 def aggregate_judgements(judged: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """The paper's aggregation (balms.judges.llm_judge.judgement_table) over groups of judged rationales."""
     from balms.judges.llm_judge import judgement_table
