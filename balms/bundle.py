@@ -101,16 +101,20 @@ def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None) 
     return counts | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
 
 
-def import_responses(path: Path, *, cache_dir: Path | None = None) -> dict:
-    """Load an exported file into the local response and summary caches (existing rows are kept)."""
+def import_responses(path: Path, *, cache_dir: Path | None = None, replace: bool = False) -> dict:
+    """Load an exported file into the local response and summary caches.
+
+    A key the local cache already holds keeps the local response unless `replace`; either way the keys whose two
+    responses differ are counted (`conflicts`): the same request answered differently elsewhere (another
+    llama.cpp build, or a prompt-prefix reuse that rounds differently), which would make replayed tables differ."""
     try:
         text = gzip.decompress(Path(path).read_bytes()).decode("utf-8")
     except (OSError, EOFError) as exc:
         raise DataError(path, f"not a gzip'd responses file: {exc}") from None
-    return _load_responses(text, path, cache_dir=cache_dir)
+    return _load_responses(text, path, cache_dir=cache_dir, replace=replace)
 
 
-def _load_responses(text: str, path, *, cache_dir: Path | None = None) -> dict:
+def _load_responses(text: str, path, *, cache_dir: Path | None = None, replace: bool = False) -> dict:
     from balms.agents.raptor import SummaryCache
     from balms.models.base import Completion
     from balms.models.cache import ResponseCache
@@ -122,14 +126,19 @@ def _load_responses(text: str, path, *, cache_dir: Path | None = None) -> dict:
         raise DataError(path, f"expected format {FORMAT!r}, got {head.get('format')!r}", row=1)
     cache = ResponseCache(cdir / "responses.sqlite")
     summaries = SummaryCache(cdir / "raptor_summaries.sqlite")
-    n = {"responses": 0, "raptor_summaries": 0}
+    n = {"responses": 0, "raptor_summaries": 0, "conflicts": 0, "replaced" if replace else "kept_local": 0}
     try:
         for i, line in enumerate(lines[1:], 2):
             try:
                 rec = json.loads(line)
                 if rec["table"] == "responses":
                     comp = Completion(**rec["completion"])
-                    cache.put(rec["key"], {"model_id": rec["model_id"], "imported_from": str(path)}, comp)
+                    local = cache.get(rec["key"])
+                    if local is not None and local.text != comp.text:
+                        n["conflicts"] += 1
+                        n["replaced" if replace else "kept_local"] += 1
+                    cache.put(rec["key"], {"model_id": rec["model_id"], "imported_from": str(path)}, comp,
+                              replace=replace)
                 elif rec["table"] == "raptor_summaries":
                     r = rec["row"]
                     key = (r["dataset"], r["user"], r["day"], r["model_id"], r["leaves_sha"])
@@ -330,6 +339,8 @@ def register(sub) -> None:
     e.add_argument("--out", required=True)
     i = s.add_parser("import-responses", help="load an exported responses file into the local caches")
     i.add_argument("file")
+    i.add_argument("--replace", action="store_true",
+                   help="the file's response wins where the local cache answers the same key differently")
     b = s.add_parser("export", help="one archive with a profile's runs, the responses they used and checksums")
     b.add_argument("--profile", required=True)
     b.add_argument("--out", default=None, help="default: results/<profile>/<profile>.bundle.tar.gz")
@@ -361,7 +372,12 @@ def register(sub) -> None:
         elif a.cmd == "export-responses":
             print(json.dumps(export_responses(a.profile, Path(a.out))))
         elif a.cmd == "import-responses":
-            print(json.dumps(import_responses(Path(a.file))))
+            got = import_responses(Path(a.file), replace=a.replace)
+            print(json.dumps(got))
+            if got["conflicts"] and not a.replace:
+                print(f"balms bundle: {got['conflicts']} key(s) already in the local cache with a different "
+                      "response were kept; tables replayed here can differ from the exporter's "
+                      "(--replace to take the file's, or import into an empty BALMS_CACHE_DIR)", file=sys.stderr)
         else:
             from balms.paths import output_dirs
 

@@ -138,3 +138,26 @@ def test_bundle_made_on_other_data_is_refused(tmp_path, monkeypatch, real_data):
     bundle.export_bundle("p", f, cache_dir=tmp_path / "c1")
     with pytest.raises(DataError, match="pmdata: local tables fingerprint"):
         bundle.import_bundle(f, cache_dir=tmp_path / "c2", raw_root=str(real_data))
+
+
+def test_import_counts_keys_the_local_cache_answers_differently(tmp_path):
+    """The same request answered differently on two machines (another llama.cpp build, prefix reuse rounding
+    otherwise) is not silently resolved: the import counts it, keeps the local row by default, takes the file's
+    with replace=True."""
+    def one_response_file(text: str):
+        lines = [json.dumps({"format": bundle.FORMAT, "profile": "p"})] + [
+            json.dumps({"table": "responses", "key": k, "model_id": "m",
+                        "completion": {"text": t, "model_id": "m", "prompt_tokens": 3, "completion_tokens": 1}})
+            for k, t in (("k1", text), ("k2", "same"))]
+        f = tmp_path / f"{text}.jsonl.gz"
+        f.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+        return f
+
+    local = tmp_path / "local"
+    assert bundle.import_responses(one_response_file("ours"), cache_dir=local)["conflicts"] == 0
+    got = bundle.import_responses(one_response_file("theirs"), cache_dir=local)
+    assert got["responses"] == 2 and got["conflicts"] == 1 and got["kept_local"] == 1
+    assert ResponseCache(local / "responses.sqlite").get("k1").text == "ours"
+    got = bundle.import_responses(one_response_file("theirs"), cache_dir=local, replace=True)
+    assert got["conflicts"] == 1 and got["replaced"] == 1
+    assert ResponseCache(local / "responses.sqlite").get("k1").text == "theirs"

@@ -13,7 +13,7 @@ import pytest
 
 from balms import paths
 from balms.judges import geval
-from balms.judges.cli import load_case, render_case_window
+from balms.judges.case_file import load_case, render_case_window
 from balms.judges.llm_judge import JudgeResult, judge_rationale, judge_records
 from balms.judges.rubric import TIER1, TIER2
 from balms.models.base import BackendError, Completion, GenParams, Message

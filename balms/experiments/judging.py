@@ -112,7 +112,7 @@ def case_study_items(path=None) -> list[dict]:
     """The paper's case study D.1 as judge inputs, one per quoted rationale (the backbone's name under `name`):
     Qwen's mis-attributes two of four claims to the wrong day, Claude's none (the paper's hand audit)."""
     from balms import paths
-    from balms.judges.cli import load_case, render_case_window
+    from balms.judges.case_file import load_case, render_case_window
 
     case = load_case(path or paths.CASE_STUDY_D1)
     base = dict(window_text=render_case_window(case), window=case["window"], gold=case["gold_label"],

@@ -13,46 +13,7 @@ import sys
 from pathlib import Path
 
 from balms.data.schema import DataError
-
-
-def load_case(path: Path) -> dict:
-    """A case file shaped like balms/resources/case_study_d1.json, validated with errors naming the field."""
-    try:
-        case = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(path, f"cannot read JSON: {exc}") from exc
-    if not isinstance(case.get("window"), dict) or not case["window"]:
-        raise DataError(path, "expected a non-empty object {label: {'unit': str, 'values': [..]}}", field="window")
-    lengths = set()
-    for label, spec in case["window"].items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("values"), list):
-            raise DataError(path, "expected {'unit': str, 'values': [numbers or null]}", field=f"window.{label}")
-        bad = [v for v in spec["values"] if v is not None and not isinstance(v, (int, float))]
-        if bad:
-            raise DataError(path, f"non-numeric value {bad[0]!r}; expected numbers or null",
-                            field=f"window.{label}.values")
-        lengths.add(len(spec["values"]))
-    if len(lengths) != 1:
-        raise DataError(path, f"channels have different lengths {sorted(lengths)}", field="window")
-    if not isinstance(case.get("rationales"), dict):
-        raise DataError(path, "expected an object {name: {'text': str, ...}}", field="rationales")
-    for name, r in case["rationales"].items():
-        if not isinstance(r, dict) or not isinstance(r.get("text"), str):
-            raise DataError(path, "expected {'text': str, ...}", field=f"rationales.{name}")
-    return case
-
-
-def render_case_window(case: dict) -> str:
-    """A case file's window as the judge reads it, in the layout of `balms.data.render.render_window` (values
-    as printed in the case file, NaN = missing)."""
-    from balms.judges.grounding import _shown_from_json
-
-    n = len(next(iter(case["window"].values()))["values"])
-    lines = [f"Daily data for {n} days (day 1 = the oldest, day {n} = the most recent). NaN = missing."]
-    for label, spec in case["window"].items():
-        unit = f" ({spec['unit']})" if spec.get("unit") else ""
-        lines.append(f"- {label}{unit}: [{', '.join(_shown_from_json(v) for v in spec['values'])}]")
-    return "\n".join(lines)
+from balms.judges.case_file import load_case
 
 
 def ground_case(case: dict) -> dict:

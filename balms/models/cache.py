@@ -76,13 +76,15 @@ class ResponseCache:
         data = json.loads(row[0])
         return Completion(**{k: v for k, v in data.items() if k in _COMPLETION_FIELDS})
 
-    def put(self, key: str, request: dict, completion: Completion) -> None:
+    def put(self, key: str, request: dict, completion: Completion, *, replace: bool = False) -> None:
+        """Store a response; an existing row for the key is kept unless `replace` (an import told to)."""
         data = completion.to_dict()
         data["cached"] = False
         blob = json.dumps(data, ensure_ascii=False, default=str)
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
         with self._lock:
             self._conn.execute(
-                "INSERT OR IGNORE INTO responses (key, model_id, request, completion, created_at) VALUES (?,?,?,?,?)",
+                f"{verb} INTO responses (key, model_id, request, completion, created_at) VALUES (?,?,?,?,?)",
                 (key, request["model_id"], json.dumps(request, ensure_ascii=False), blob, time.time()),
             )
 
