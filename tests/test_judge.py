@@ -442,3 +442,4 @@ def test_judge_vs_grounding_rank_correlation():
     assert math.isnan(none["rho"]) and none["n"] == 0
     unscored = judge_vs_grounding(judged.assign(judge_status="unscored"), ground)
     assert unscored["n"] == 0
+    assert judge_vs_grounding(judged.drop(columns="overall"), ground)["n"] == 0  # no rationale scored at all

@@ -151,6 +151,8 @@ def judge_vs_grounding(judged: pd.DataFrame, ground: pd.DataFrame) -> dict:
     from scipy.stats import spearmanr
 
     keys = ["dataset", "system", "model", "sample_id"]
+    if judged.empty or ground.empty or "overall" not in judged:  # nothing scored: no overall column at all
+        return {"rho": float("nan"), "p": float("nan"), "n": 0}
     g = ground.assign(wrong_share=(ground["wrong_day"] + ground["value_not_found"])
                       / ground["n_claims"].where(ground["n_claims"] > 0))
     both = judged[judged["judge_status"] == "scored"][keys + ["overall"]].merge(g[keys + ["wrong_share"]], on=keys)
