@@ -168,8 +168,8 @@ d1 = ex.judge_case_study(cfg)
 report.save_table(d1, "case_study_d1_judged", artefact="Case study D.1 (judged)", notebook=NB, source="real",
                   profile=cfg.profile, models=judges, n=len(d1),
                   caption=f"the paper's two D.1 rationales judged by {jcap} ({mode})")
-eg_by = d1.set_index("rationale")["evidence_grounding"] if "evidence_grounding" in d1 else pd.Series(dtype=float)
-gap = eg_by.get("Claude-Haiku-4.5", float("nan")) - eg_by.get("Qwen2.5-7B-Instruct", float("nan"))
+eg_by = d1.set_index("rationale")["evidence_grounding"]  # NaN where the judge left a rationale unscored
+gap = float(eg_by.get("Claude-Haiku-4.5", float("nan")) - eg_by.get("Qwen2.5-7B-Instruct", float("nan")))
 print(f"Evidence grounding, Claude's rationale minus Qwen's: {claims.fmt(gap)} "
       + ("(Claude's scored higher, as the paper's audit implies)." if gap > 0 else
          "(Claude's NOT scored higher: this judge does not reproduce the paper's audit here)." if gap == gap else

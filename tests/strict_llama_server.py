@@ -26,6 +26,7 @@ import argparse
 import json
 
 SHARED_ALIAS = "stand-in"  # the one model instance of a `--serve` server (never a served name)
+PROMPT_CACHE_BYTES = 512 << 20  # llama-cpp-python's RAM prompt cache bound (see `start`)
 
 
 def vllm_dialect(body: dict) -> dict:
@@ -108,7 +109,7 @@ def start(aliases, workdir, *, name: str, threads: int = 1, n_ctx: int = 1024, m
 
     shared: one model instance answers every alias (and the `hidden` ones, accepted but not listed), instead of
     llama-cpp-python's one instance per alias swapped in and out; prompt_cache: its RAM prompt cache (states kept
-    by prompt prefix, 2 GiB), so a prompt another name already sent costs no prefill."""
+    by prompt prefix, PROMPT_CACHE_BYTES), so a prompt another name already sent costs no prefill."""
     import os
     import socket
     import subprocess
@@ -123,8 +124,11 @@ def start(aliases, workdir, *, name: str, threads: int = 1, n_ctx: int = 1024, m
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     workdir = Path(workdir)
+    # cache_size bounds only llama.cpp's state bytes (~23 KB per SmolLM2 token); each entry also keeps a copy of
+    # up to n_batch x n_vocab logits (~100 MB), so real memory is ~5x the bound: 512 MiB holds ~20 prompts of
+    # 1,000 tokens in ~3 GB (2 GiB reached 8.5 GB on one server, measured)
     one = {"model": model_path, "n_ctx": n_ctx, "n_threads": threads, "n_threads_batch": threads, "verbose": False,
-           **({"cache": True, "cache_type": "ram", "cache_size": 2 << 30} if prompt_cache else {})}
+           **({"cache": True, "cache_type": "ram", "cache_size": PROMPT_CACHE_BYTES} if prompt_cache else {})}
     instances = [SHARED_ALIAS] if shared else list(aliases)
     cfg = {"host": "127.0.0.1", "port": port, "models": [one | {"model_alias": a} for a in instances]}
     (workdir / f"{name}.json").write_text(json.dumps(cfg))

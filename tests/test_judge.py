@@ -443,3 +443,22 @@ def test_judge_vs_grounding_rank_correlation():
     unscored = judge_vs_grounding(judged.assign(judge_status="unscored"), ground)
     assert unscored["n"] == 0
     assert judge_vs_grounding(judged.drop(columns="overall"), ground)["n"] == 0  # no rationale scored at all
+
+
+def test_judge_case_study_rows_are_numbers_even_when_unscored(monkeypatch):
+    """Notebook 07 subtracts D.1's two evidence-grounding scores: a rationale the judge could not score must give
+    NaN (the gap is then NaN and the check fails), never None (a TypeError that stopped the paper dry run)."""
+    import balms.models.registry as registry
+    from balms.experiments import judging
+    from balms.experiments.config import load
+
+    replies = [json.dumps(verdict()), "no json", "still no json"]  # Qwen's scored; Claude's twice invalid
+    be = FakeJudge(replies)
+    monkeypatch.setattr(registry, "get_backend", lambda *a, **k: be)
+    monkeypatch.setattr("balms.models.routing.check_models", lambda *a, **k: {})
+    cfg = load("paper")  # the paper's judge: one JSON answer per rationale
+    d1 = judging.judge_case_study(cfg, judge_model="fake-judge").set_index("rationale")
+    assert d1.loc["Qwen2.5-7B-Instruct", "evidence_grounding"] == 2.0
+    assert d1.loc["Claude-Haiku-4.5", "judge_status"] != "scored"
+    assert math.isnan(d1.loc["Claude-Haiku-4.5", "evidence_grounding"]) and len(be.calls) == 3
+    assert d1["overall"].dtype == float

@@ -126,6 +126,7 @@ def judge_case_study(cfg: ExperimentConfig, *, judge_model: str | None = None) -
     """The profile's judge (model, mode, grounding hint, budget) on case study D.1: one row per rationale with its
     Tier-2 scores. Calls go through the response cache, so a replayed run reproduces it without a model."""
     from balms.judges.llm_judge import judge_rationale
+    from balms.judges.rubric import TIER2
     from balms.models.registry import get_backend
     from balms.models.routing import check_models
 
@@ -140,7 +141,8 @@ def judge_case_study(cfg: ExperimentConfig, *, judge_model: str | None = None) -
                               grounding_hint=cfg.judge_grounding_hint)
         rows.append({"rationale": it["name"], "paper_wrong_day_claims": it["paper_wrong_day"],
                      "judge_model": judge_model, "judge_mode": res.mode, "judge_status": res.status,
-                     **res.tier2})
+                     **{d: (float(res.tier2[d]) if res.tier2.get(d) is not None else float("nan"))
+                        for d in TIER2}})  # every dimension a number; NaN where unscored
     return pd.DataFrame(rows)
 
 
