@@ -30,7 +30,7 @@ RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
-        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-judge bench-roles clean-runs lint export-responses \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles clean-runs lint export-responses \
         replay-check plan plan-confirm paper-dryrun FORCE
 
 help: ## List the targets
@@ -158,7 +158,7 @@ replay-check: ## A fresh cache + the committed responses regenerate the committe
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
 	$(PY) -m balms.report html --profile $(PROFILE) --out report
 
-bench: bench-data bench-runner bench-agents bench-sandbox bench-llama ## All benchmarks (ratios measured in one run)
+bench: bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix ## All benchmarks (ratios measured in one run)
 
 bench-data: ## Time and peak memory to build all PMData and GLOBEM samples
 	$(PY) bench/bench_data.py
@@ -174,6 +174,9 @@ bench-sandbox: ## Sandbox round-trip latency, persistent worker vs fresh process
 
 bench-llama: ## llama.cpp prompt/generation speed: installed build vs the portable AVX2 wheel
 	$(PY) bench/bench_llama.py
+
+bench-prefix: ## Prompt-prefix reuse in llama.cpp: cold vs previous-prompt prefix vs RAM prompt cache (ratios, one run)
+	$(PY) bench/bench_prefix.py --out bench/prefix.json
 
 bench-roles: ## Embedded models per agent role on real prompts: parse, code-block rates, s per call (bench/roles.json)
 	$(PY) bench/bench_roles.py --out bench/roles.json
