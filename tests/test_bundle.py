@@ -161,3 +161,21 @@ def test_import_counts_keys_the_local_cache_answers_differently(tmp_path):
     got = bundle.import_responses(one_response_file("theirs"), cache_dir=local, replace=True)
     assert got["conflicts"] == 1 and got["replaced"] == 1
     assert ResponseCache(local / "responses.sqlite").get("k1").text == "theirs"
+
+
+def test_a_call_that_fails_leaves_no_journal_line(tmp_path, monkeypatch):
+    """A run stopped mid-call (killed, or the backend failed) must not journal a key whose response was never
+    stored: export-responses would then refuse the whole profile ("journalled keys are not in the cache")."""
+    from balms.models.base import BackendError, GenParams, Message
+
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BALMS_CACHE_JOURNAL", str(bundle.journal_path("p")))
+    cache = ResponseCache(tmp_path / "c" / "responses.sqlite")
+    be = CachedBackend(FakeBackend(errors=[BackendError("server went away", transient=False)]), cache)
+    with pytest.raises(BackendError):
+        be.generate([Message("user", "first")], GenParams(max_tokens=4))
+    be.generate([Message("user", "second")], GenParams(max_tokens=4))  # computed and stored
+    be.generate([Message("user", "second")], GenParams(max_tokens=4))  # a hit: journalled again, same key
+    cache.close()
+    assert len(bundle.journal_path("p").read_text().splitlines()) == 2
+    assert bundle.export_responses("p", tmp_path / "r.jsonl.gz", cache_dir=tmp_path / "c")["responses"] == 1

@@ -152,7 +152,6 @@ class CachedBackend:
             self._count(False)
             return self._call(messages, params, timeout_s)
         key = cache_key(self.model_id, messages, params)
-        self._journal(key)
         hit = self.cache.get(key)
         if hit is None:
             with self._inflight_lock:
@@ -161,10 +160,15 @@ class CachedBackend:
                 with lock:
                     hit = self.cache.get(key)  # another thread may have just computed it
                     if hit is None:
-                        return self._compute(key, messages, params, timeout_s)
+                        completion = self._compute(key, messages, params, timeout_s)
+                        # journalled once stored: a call that failed or was killed mid-generation leaves no
+                        # key the export would then find missing from the cache
+                        self._journal(key)
+                        return completion
             finally:
                 with self._inflight_lock:
                     self._inflight.pop(key, None)
+        self._journal(key)
         self._count(True)
         hit.cached = True
         return hit
