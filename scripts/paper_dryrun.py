@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -81,12 +80,6 @@ P_OVERRIDES = [
 TARGET_S = 900  # the goal: 15 minutes on 2 cores, servers to verdict (measured 760 s idle; said in the verdict line)
 DEADLINE_S = 1200  # the hard stop: past it the notebooks are stopped and the run fails (headroom for a noisy VM)
 START_TIMEOUT_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def say(msg: str) -> None:
@@ -316,8 +309,8 @@ def default_threads() -> int:
     """llama.cpp threads per server: every core (at most 2) when the cores are free now; one when they are busy.
 
     An oversubscribed multi-threaded llama.cpp spins at its barriers: measured here with the 1-min load average
-    at 8.5 on 2 cores, SmolLM2 prompt processing ran at 21 tok/s with 2 threads against 49 tok/s with 1. Calls
-    are sequential (concurrency 1), so only one server computes at a time."""
+    at 8.5 on 2 cores, SmolLM2 prompt processing ran at 21 tok/s with 2 threads against 49 tok/s with 1. `main`
+    divides this by the notebooks run at once (--jobs), each of which makes one call at a time."""
     cores = os.cpu_count() or 1
     busy = cpu_busy_fraction() > 0.5
     return 1 if busy or cores < 2 else min(2, cores)

@@ -32,20 +32,31 @@ def judge_key(cfg: ExperimentConfig, judge_model: str, model_id: str) -> str:
                    "grounding_hint": cfg.judge_grounding_hint, "code": code_fingerprint(JUDGE_KEY_CODE_PATHS)})
 
 
+def _judge_backend(cfg: ExperimentConfig, judge_model: str):
+    """The judge's backend, after the check that it is known and served (one message before any call)."""
+    from balms.models.registry import get_backend
+    from balms.models.routing import check_models
+
+    check_models([judge_model], cfg.servers, cache_mode=cfg.cache_mode)
+    return get_backend(judge_model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+
+
+def _judge_options(cfg: ExperimentConfig) -> dict:
+    """The profile's judge settings as `judge_rationale` keywords (the same for the grid and the case study)."""
+    return dict(max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify, mode=cfg.judge_mode,
+                grounding_hint=cfg.judge_grounding_hint)
+
+
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,
                models=None) -> pd.DataFrame:
     """Judge the CoT rationale of every prediction of the grid; verdicts are written beside each run as
     `<run>.judge.jsonl` (resumable, one line per sample) and returned one row per rationale."""
     from balms.data.render import render_window
     from balms.judges.llm_judge import JudgeResult, judge_rationale
-    from balms.models.registry import get_backend
 
     judge_model = judge_model or cfg.judge_model
     systems = systems or cfg.judge_systems
-    from balms.models.routing import check_models
-
-    check_models([judge_model], cfg.servers, cache_mode=cfg.cache_mode)
-    judge = get_backend(judge_model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+    judge = _judge_backend(cfg, judge_model)
     jkey = judge_key(cfg, judge_model, judge.model_id)
     rows = []
     for d in datasets or cfg.judged_datasets:
@@ -75,9 +86,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                         if r.sample_id not in done:
                             win = _window_for_record(cfg, r)
                             res = judge_rationale(judge, window_text=render_window(win), gold=r.label,
-                                                  max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify,
-                                                  mode=cfg.judge_mode, grounding_hint=cfg.judge_grounding_hint,
-                                                  window=win,
+                                                  **_judge_options(cfg), window=win,
                                                   predicted=r.prediction, rationale=r.rationale,
                                                   scale=(win.target.scale_min, win.target.scale_max),
                                                   target=win.target.label,
@@ -127,18 +136,14 @@ def judge_case_study(cfg: ExperimentConfig, *, judge_model: str | None = None) -
     Tier-2 scores. Calls go through the response cache, so a replayed run reproduces it without a model."""
     from balms.judges.llm_judge import judge_rationale
     from balms.judges.rubric import TIER2
-    from balms.models.registry import get_backend
-    from balms.models.routing import check_models
 
     judge_model = judge_model or cfg.judge_model
-    check_models([judge_model], cfg.servers, cache_mode=cfg.cache_mode)
-    judge = get_backend(judge_model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+    judge = _judge_backend(cfg, judge_model)
     rows = []
     for it in case_study_items():
         res = judge_rationale(judge, window_text=it["window_text"], gold=it["gold"], predicted=it["predicted"],
                               rationale=it["rationale"], scale=it["scale"], target=it["target"], window=it["window"],
-                              max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify, mode=cfg.judge_mode,
-                              grounding_hint=cfg.judge_grounding_hint)
+                              **_judge_options(cfg))
         rows.append({"rationale": it["name"], "paper_wrong_day_claims": it["paper_wrong_day"],
                      "judge_model": judge_model, "judge_mode": res.mode, "judge_status": res.status,
                      **{d: (float(res.tier2[d]) if res.tier2.get(d) is not None else float("nan"))
