@@ -347,6 +347,32 @@ def test_phia_forced_finish_when_budget_runs_out(pm):
     assert "used all your steps" in be.calls[-1][0][-1].content
 
 
+@pytest.mark.parametrize("finish_reply, expect, asked", [
+    ("My analysis shows low steps, so stress is moderate.", 4, True),  # no answer line: asked once more
+    ("Answer: 9", None, False),  # an answer out of range stays a visible failure
+    ("Answer: 2", 2, False),  # parsed: never asked again
+])
+def test_phia_forced_answer_after_a_forced_finish_without_one(pm, finish_reply, expect, asked):
+    tables, samples = pm
+    s = samples[5]
+    code = "[Act]\n```python\nprint(len(daily_df))\n```"
+    be = ScriptedBackend([code, finish_reply, "Answer: 4"])
+    rec = make_agent("phia", max_iters=1, force_answer=True).predict(s, tables, be)
+    kinds = [st.kind for st in rec.transcript if st.kind in ("forced_finish", "forced_answer")]
+    assert rec.options["force_answer"] is True and rec.prediction == expect
+    assert kinds == (["forced_finish", "forced_answer"] if asked else ["forced_finish"])
+    assert len(be.calls) == (3 if asked else 2)
+    if asked:
+        assert be.calls[2][0][-1].content == prompts.FORCE_ANSWER_MISSING
+        assert be.calls[2][0][-2].content == finish_reply  # the forced finish stays in the conversation
+        assert rec.rationale == finish_reply and rec.raw_answer == "Answer: 4"
+    # without the option (the paper's harness) the same episode ends at the forced finish, nothing recorded
+    be = ScriptedBackend([code, finish_reply, "Answer: 4"])
+    plain = make_agent("phia", max_iters=1).predict(s, tables, be)
+    assert "force_answer" not in plain.options and len(be.calls) == 2
+    assert plain.prediction == (2 if expect == 2 else None)
+
+
 def test_registry_rejects_unknown_system_and_options():
     assert SYSTEMS == ["healthllm", "rag", "raptor", "phia"]
     with pytest.raises(ValueError, match="unknown system"):

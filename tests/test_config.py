@@ -127,7 +127,16 @@ def test_paper_profile_keeps_the_paper_harness():
     paper profile runs the plain prompts on every backbone."""
     cfg = config.load("paper")
     assert cfg.phia_primer == "none" and cfg.phia_fence_stop is False and cfg.cot_force_answer is False
-    assert cfg.system_backbones == {}
+    assert cfg.phia_force_answer is False and cfg.system_backbones == {}
+    from balms.experiments.grid import agent_options
+    for cot in (False, True):  # nothing of ours reaches the paper profile's agents
+        for system in config.SYSTEMS:
+            opts = agent_options(cfg, system, cot)
+            assert not {"force_answer", "force_missing", "primer", "fence_stop"} & {
+                k for k, v in opts.items() if v not in (False, "none")}, (system, cot, opts)
+    demo = config.load("demo")
+    assert agent_options(demo, "phia", False)["force_answer"] is True
+    assert agent_options(demo, "rag", True)["force_missing"] is True
     assert all(cfg.models_for(s) == cfg.backbones for s in config.SYSTEMS)
 
 

@@ -60,6 +60,7 @@ class PromptAgentBase:
             "style": self.style,
             "prompt_version": prompts.prompt_version(self.style),
             **({"force_answer": True} if self.force_answer and self.cot else {}),
+            **({"force_missing": True} if self.force_answer and self.force_missing and self.cot else {}),
         }
 
     @staticmethod

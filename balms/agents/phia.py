@@ -32,6 +32,7 @@ import pandas as pd
 
 from balms.agents import prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
+from balms.agents.parsing import NO_ANSWER
 from balms.data.channels import agent_view, channels_option, get_window, prompt_channels, select_subday_channels
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
@@ -112,6 +113,9 @@ class PhiaAgent:
     allow_degraded: bool = False  # run code even where the sandbox lacks required isolation (recorded per record)
     primer: str = "none"  # ours: "code_first" / "example" prompt primers (prompts.PHIA_PRIMERS); "none" = as is
     fence_stop: bool = False  # ours: end each step's generation at its first closing code fence
+    # ours: a forced finish without a parseable answer is asked once more for the answer alone (as a CoT reply
+    # without an answer line is, prompts.FORCE_ANSWER_MISSING); the transcript labels it a "forced_answer" step
+    force_answer: bool = False
     name: str = field(default="phia", init=False)
 
     def __post_init__(self):
@@ -133,7 +137,8 @@ class PhiaAgent:
                 "prompt_version": prompts.PHIA_PROMPT_VERSION,
                 # our additions, recorded only when used (a record without them ran the plain prompt and stops)
                 **({"primer": self.primer} if self.primer != "none" else {}),
-                **({"fence_stop": True} if self.fence_stop else {})}
+                **({"fence_stop": True} if self.fence_stop else {}),
+                **({"force_answer": True} if self.force_answer else {})}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
         from balms.sandbox import SandboxLimits
 
@@ -186,7 +191,7 @@ class PhiaAgent:
         params = GenParams(temperature=self.temperature, max_tokens=self.step_max_tokens,
                            stop=prompts.PHIA_STOP + ((prompts.PHIA_FENCE_STOP,) if self.fence_stop else ()),
                            seed=per_sample_seed(sample, self.seed))
-        final_text, parsed, error = "", None, None
+        final_text, parsed, error, reasoning = "", None, None, None
         kwargs = {"mode": self.executor, "allow_degraded": True if self.allow_degraded else None}
         if self.limits is not None:
             kwargs["limits"] = self.limits
@@ -233,7 +238,15 @@ class PhiaAgent:
                                 seed=params.seed)
             comp = episode.call(msgs, fparams, kind="forced_finish", log_prompt=True)
             final_text, parsed = comp.text, parse_for(tables, comp.text)
-        rationale = _TAGS.sub("", parsed.rationale).strip() if parsed else ""
+            if self.force_answer and parsed.value is None and parsed.error == NO_ANSWER:
+                # an answer that is there but invalid (out of range) is not asked again, as in Health-LLM's CoT
+                ask = [*msgs, Message("assistant", comp.text), Message("user", prompts.FORCE_ANSWER_MISSING)]
+                forced = episode.call(ask, GenParams(temperature=self.temperature, seed=params.seed,
+                                                     max_tokens=prompts.FORCED_ANSWER_MAX_TOKENS),
+                                      kind="forced_answer", reason="no_answer")
+                reasoning = comp.text  # the forced finish's text stays the rationale
+                final_text, parsed = forced.text, parse_for(tables, forced.text)
+        rationale = _TAGS.sub("", reasoning if reasoning is not None else parsed.rationale).strip() if parsed else ""
         return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
                             backend=backend, episode=episode, options=options,
                             raw_answer=final_text, parsed=parsed, rationale=rationale, error=error)

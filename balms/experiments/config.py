@@ -56,7 +56,10 @@ class ExperimentConfig(BaseModel):
     # ours: a CoT reply that ends without an answer statement (cut off by cot_max_tokens, or finished without one) is
     # asked for its answer alone (balms.agents.prompts.FORCE_ANSWER); records say force_answer, transcripts the reason
     cot_force_answer: bool = True
-    cot_force_missing: bool = False  # ours, with cot_force_answer: also ask when a reply finished without an answer
+    cot_force_missing: bool = True  # ours, with cot_force_answer: also ask when a reply finished without an answer
+    # ours: a PHIA forced finish without an answer statement is asked once more for the answer alone
+    # (records: options.force_answer, a "forced_answer" step); off in the paper profile
+    phia_force_answer: bool = True
     phia_max_iters: int = 3
     phia_step_tokens: int = 160  # max tokens per PHIA model call (thought + code)
     # ours, off in the paper profile (balms.agents.prompts.PHIA_PRIMERS): "code_first" asks for a first step with a

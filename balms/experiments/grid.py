@@ -40,6 +40,8 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
     if system == "phia":
         opts.update(max_iters=cfg.phia_max_iters, max_tokens=budget("phia_step"), executor="faithful",
                     primer=cfg.phia_primer, fence_stop=cfg.phia_fence_stop)
+        if cfg.phia_force_answer:
+            opts["force_answer"] = True
     if system == "raptor":
         opts.update(memory=cfg.raptor_memory, summary_max_tokens=budget("raptor_summary"))
     if system in PROMPT_SYSTEMS and "style" in accepted(system):
