@@ -30,7 +30,7 @@ RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
-        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles clean-runs lint export-responses \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles clean-runs lint export-responses bundle \
         replay-check plan plan-confirm paper-dryrun FORCE
 
 help: ## List the targets
@@ -150,10 +150,18 @@ replay-check: ## A fresh cache + the committed responses regenerate the committe
 	@test -f $(RESPONSES) || (echo "no $(RESPONSES): run make paper then make export-responses" && exit 2)
 	rm -rf build/replay-$(PROFILE) && mkdir -p build/replay-$(PROFILE)
 	BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache $(PY) -m balms.cli bundle import-responses $(RESPONSES)
-	BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache BALMS_RUNS_DIR=$(CURDIR)/build/replay-$(PROFILE)/runs \
-	  BALMS_OUTPUT_DIR=$(CURDIR)/build/replay-$(PROFILE)/out \
+	$(REPLAY_ENV) BALMS_OUTPUT_DIR=$(CURDIR)/build/replay-$(PROFILE)/out \
 	  $(MAKE) --no-print-directory paper PROFILE=$(PROFILE) EXEC_DIR=build/replay-$(PROFILE)/executed P="-p cache_mode replay"
 	$(PY) -m balms.cli bundle compare --ours build/replay-$(PROFILE)/out/$(PROFILE)/tables --profile $(PROFILE)
+
+# The shipped bundle holds only what the tables need: the profile's responses are replayed in an empty cache and a
+# fresh runs folder (replay-check: zero model calls, every table compared), and what that replay used is packed.
+REPLAY_ENV = BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache BALMS_RUNS_DIR=$(CURDIR)/build/replay-$(PROFILE)/runs
+bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bundle.tar.gz (after a replay check)
+	$(MAKE) --no-print-directory export-responses PROFILE=$(PROFILE)
+	$(MAKE) --no-print-directory replay-check PROFILE=$(PROFILE)
+	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
+	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE)
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
 	$(PY) -m balms.report html --profile $(PROFILE) --out report
