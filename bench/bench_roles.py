@@ -4,11 +4,12 @@ Roles (the demo's budgets and prompt style, `balms.experiments.config` defaults)
 - `healthllm zs`: Health-LLM zero-shot (one call, zs_max_tokens).
 - `rag zs`: RAG zero-shot (top-3 retrieved days + the query day, MiniLM embeddings).
 - `healthllm cot`: Health-LLM CoT at cot_max_tokens, without and with the forced answer (a reply cut off by the
-  budget is asked for its answer alone, `cot_force_answer`); the first call is the same, so the second variant
-  costs only the forced-answer calls.
+  budget or ended without an answer line is asked for its answer alone, `cot_force_answer`, `cot_force_missing`);
+  the first call is the same, so the second variant costs only the forced-answer calls.
 - `phia <executor> <variant>`: PHIA episodes (phia_max_iters steps of phia_step_tokens, then the forced finish)
-  under both executor contracts, with the plain prompt ("plain", the paper profile's) and with our primers
-  (`code_first`, `example`; `+stop` = the code-fence stop), see balms.agents.prompts.PHIA_PRIMERS.
+  under both executor contracts (a forced finish without an answer asked once more, `phia_force_answer`), with
+  the plain prompt ("plain", the paper profile's) and with our primers (`code_first`, `example`; `+stop` = the
+  code-fence stop), see balms.agents.prompts.PHIA_PRIMERS.
 
 Per (model, role): n prompts, parse rate (a valid integer answer), for PHIA the code-block rate (share of
 episodes in which the sandbox executed at least one block the model wrote), the data-code rate (at least one
@@ -98,7 +99,7 @@ def summarize(model: str, role: str, variant: str, recs: list, load0: float, loa
         "predictions": [r.prediction for r in recs],
         "labels": [r.label for r in recs],
     }
-    if role == "cot":
+    if role.endswith("cot"):
         row["cut_by_budget_rate"] = round(sum(any(st.meta.get("finish_reason") == "length" for st in r.transcript
                                                   if st.kind == "completion") for r in recs) / len(recs), 3)
         row["forced_rate"] = round(sum(any(st.kind == "forced_answer" for st in r.transcript)
@@ -139,12 +140,13 @@ def run_role(model: str, role: str, samples, cfg, cache_mode: str, phia_variants
         for force in (False, True):
             jobs.append(("healthllm cot", "force_answer" if force else "plain",
                          make_agent("healthllm", cot=True, max_tokens=cfg.cot_max_tokens, style=cfg.prompt_style,
-                                    force_answer=force, **common)))
+                                    force_answer=force, force_missing=force and cfg.cot_force_missing, **common)))
     elif role == "phia":
         for ex in ("faithful", "improved"):
             for v in phia_variants:
                 jobs.append((f"phia {ex}", v, make_agent("phia", executor=ex, max_iters=cfg.phia_max_iters,
                                                          max_tokens=cfg.phia_step_tokens, **PHIA_VARIANTS[v],
+                                                         force_answer=cfg.phia_force_answer,
                                                          **common)))
     rows = []
     for label, variant, agent in jobs:
@@ -226,7 +228,8 @@ def main(argv=None) -> int:
            "samples": [s.sample_id for _, s in samples], "cpu_count": os.cpu_count(), "machine": platform.machine(),
            "threads": int(os.environ.get("BALMS_LLAMA_THREADS", 2)),
            "config": {k: getattr(cfg, k) for k in ("prompt_style", "zs_max_tokens", "cot_max_tokens",
-                                                    "phia_max_iters", "phia_step_tokens")},
+                                                    "phia_max_iters", "phia_step_tokens", "cot_force_missing",
+                                                    "phia_force_answer")},
            "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
