@@ -64,11 +64,11 @@ class ExperimentConfig(BaseModel):
     phia_step_tokens: int = 160  # max tokens per PHIA model call (thought + code)
     # ours, off in the paper profile (balms.agents.prompts.PHIA_PRIMERS): "code_first" asks for a first step with a
     # python block over the DataFrames, "example" shows a worked first step; recorded in records' options
-    # the CPU study sets code_first + fence stop. Measured by `make bench-roles` (bench/roles.json, 6 real PMData and
+    # demo and CPU study: code_first + fence stop. Measured by `make bench-roles` (bench/roles.json, 6 real PMData and
     # GLOBEM episodes per contract): with the plain prompt the 0.5B model wrote code in 0 of 6 episodes under either
     # contract; with code_first+stop in 6 of 6 (its own code; the "example" primer's blocks were mostly the example's)
-    phia_primer: Literal["none", "code_first", "example"] = "none"
-    phia_fence_stop: bool = False  # ours: a PHIA step's generation ends at its first closing code fence
+    phia_primer: Literal["none", "code_first", "example"] = "code_first"
+    phia_fence_stop: bool = True  # ours: a PHIA step's generation ends at its first closing code fence
     # reasoning models (registry is_reasoning, e.g. DeepSeek-R1-Distill): the <think> trace comes out of the same
     # max_tokens, so they get their own budgets (balms.models.budgets.budget_for)
     reasoning_zs_max_tokens: int = 2048
