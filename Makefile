@@ -180,8 +180,9 @@ bench-agents: ## Prompt tokens per agent vs look-back, sandbox round trip
 bench-sandbox: ## Sandbox round-trip latency, persistent worker vs fresh process
 	$(PY) bench/bench_sandbox.py
 
-bench-llama: ## llama.cpp prompt/generation speed: installed build vs the portable AVX2 wheel
+bench-llama: ## llama.cpp: installed build vs portable wheel; llama-server batching (1/2/4 in flight) and prefix reuse
 	$(PY) bench/bench_llama.py
+	$(PY) bench/bench_serving.py --out bench/serving.json
 
 bench-prefix: ## Prompt-prefix reuse in llama.cpp: cold vs previous-prompt prefix vs RAM prompt cache (ratios, one run)
 	$(PY) bench/bench_prefix.py --out bench/prefix.json
