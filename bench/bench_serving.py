@@ -4,12 +4,15 @@ The server (`llama-server`, built by scripts/build-llama-server from the llama.c
 same flags) serves the demo's agent model (Qwen2.5-Coder-0.5B Q4_K_M) with --slots parallel slots on 2 threads.
 
 Batching: the same requests sent 1, 2 and 4 at a time (continuous batching decodes the in-flight ones together).
+The batching server keeps no prompt between requests (--cache-ram 0, cache_prompt off), so the repeated runs
+cannot reuse each other's prompts.
 - decode: a short prompt and 128 generated tokens (ignore_eos): aggregate generated tokens per second of wall time;
 - end to end: real Health-LLM CoT prompts (paper style, PMData) with 128 generated tokens: requests per minute,
   since on a CPU the prompt is most of a call's cost;
 - greedy answers identical to one-at-a-time (batched kernels may round differently).
-Prefix reuse: real prompt sequences sent one after another to one slot, with the server's prompt cache
-(`cache_prompt`) off and on; ratio of prompt-processing time, and the share of prompt tokens not processed again:
+Prefix reuse: real prompt sequences sent one after another to a fresh one-slot server, with prompt reuse off
+(cache_prompt off, --cache-ram 0) and at the server's defaults (the slot's previous prompt and its RAM cache);
+ratio of prompt-processing time, and the share of prompt tokens not processed again:
 - instruction block: Health-LLM zero-shot prompts of successive PMData samples (only the instructions are shared);
 - PHIA's growing transcript: every step of one real episode (each prompt extends the previous one);
 - RAPTOR's per-day summaries: the summary prompts of one 14-day window (same instructions, a different day each).
@@ -54,13 +57,15 @@ def _free_port() -> int:
 class Server:
     """One llama-server process on a loopback port; stopped on exit."""
 
-    def __init__(self, binary: str, model: Path, slots: int, ctx_per_slot: int = 4096, threads: int = 2):
+    def __init__(self, binary: str, model: Path, slots: int, ctx_per_slot: int = 4096, threads: int = 2,
+                 cache_ram: int | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(ROOT / "build" / "bench-serving-server.log", "w")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
             [binary, "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-np", str(slots),
-             "-c", str(ctx_per_slot * slots), "-t", str(threads), "-tb", str(threads), "--seed", "0"],
+             "-c", str(ctx_per_slot * slots), "-t", str(threads), "-tb", str(threads), "--seed", "0",
+             *(["--cache-ram", str(cache_ram)] if cache_ram is not None else [])],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while time.time() < deadline:
@@ -147,15 +152,23 @@ def batching(server: Server, prompts: list[list[dict]], in_flight: int, max_toke
             "texts": [o["choices"][0]["message"]["content"] for o in outs]}
 
 
-def prefix_reuse(server: Server, seq: list[list[dict]], slot: int = 0) -> dict:
+def prefix_reuse(binary: str, model: Path, seq: list[list[dict]]) -> dict:
+    """The sequence on a fresh one-slot server, without any prompt reuse (cache_prompt off, RAM cache 0) and with
+    the server's defaults (the slot's previous prompt and its RAM prompt cache): only earlier prompts of the same
+    sequence can be reused."""
     rows = {}
     for cache in (False, True):
+        server = Server(binary, model, 1, cache_ram=None if cache else 0)
         ms, processed, total = 0.0, 0, 0
-        for msgs in seq:
-            o = server.chat(msgs, 1, cache_prompt=cache, slot=slot)
-            ms += o["timings"]["prompt_ms"]
-            processed += o["timings"]["prompt_n"]
-            total += o["usage"]["prompt_tokens"]
+        try:
+            server.chat([{"role": "user", "content": "Hello"}], 2, cache_prompt=False)  # warm-up, shares nothing
+            for msgs in seq:
+                o = server.chat(msgs, 1, cache_prompt=cache)
+                ms += o["timings"]["prompt_ms"]
+                processed += o["timings"]["prompt_n"]
+                total += o["usage"]["prompt_tokens"]
+        finally:
+            server.stop()
         rows[cache] = {"prompt_ms": round(ms, 1), "processed": processed, "total": total}
     off, on = rows[False], rows[True]
     return {"prompts": len(seq), "prompt_tokens": off["total"], "prompt_s_cache_off": round(off["prompt_ms"] / 1e3, 2),
@@ -181,7 +194,8 @@ def main(argv=None) -> int:
     (ROOT / "build").mkdir(exist_ok=True)
     seqs = real_sequences(a.requests)
     binary = server_binary()
-    server = Server(binary, gguf_path(MODEL), a.slots)
+    model = gguf_path(MODEL)
+    server = Server(binary, model, a.slots, cache_ram=0)  # batching: no prompt reused across the repeated runs
     load0 = round(os.getloadavg()[0], 2)
     try:
         server.chat([{"role": "user", "content": "Hello"}], 4)  # warm-up
@@ -200,14 +214,14 @@ def main(argv=None) -> int:
                 r["gen_ratio_vs_1"] = round(r["gen_tok_per_s"] / base["gen_tok_per_s"], 2)
                 r["req_ratio_vs_1"] = round(r["requests_per_min"] / base["requests_per_min"], 2)
                 r["greedy_same_as_1"] = sum(x == y for x, y in zip(r["texts"], base["texts"], strict=True))
-        prefix = {name: prefix_reuse(server, seqs[key]) for name, key in (
-            ("instruction block (Health-LLM zero-shot, successive samples)", "healthllm_zs"),
-            ("PHIA's growing transcript (one episode)", "phia_episode"),
-            ("RAPTOR's per-day summaries (one window)", "raptor_summaries"))}
-        for k, v in prefix.items():
-            print(f"prefix reuse, {k}: x{v['speedup']} ({v['tokens_reused_share']:.0%} of prompt tokens reused)")
     finally:
         server.stop()
+    prefix = {name: prefix_reuse(binary, model, seqs[key]) for name, key in (
+        ("instruction block (Health-LLM zero-shot, successive samples)", "healthllm_zs"),
+        ("PHIA's growing transcript (one episode)", "phia_episode"),
+        ("RAPTOR's per-day summaries (one window)", "raptor_summaries"))}
+    for k, v in prefix.items():
+        print(f"prefix reuse, {k}: x{v['speedup']} ({v['tokens_reused_share']:.0%} of prompt tokens reused)")
     doc = {"command": "python bench/bench_serving.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "server": binary, "build": (Path(binary).parent / "BUILD").read_text().strip()
            if (Path(binary).parent / "BUILD").exists() else None, "model": MODEL, "slots": a.slots,
