@@ -29,6 +29,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -135,8 +136,13 @@ def real_sequences(n_prompts: int) -> dict[str, list[list[dict]]]:
                seed=cfg.seed).predict(s, tables, rec)
     seqs["phia_episode"] = rec.calls
     rec = Recorder(reply="Steps were low and sleep was short on this day.")
-    make_agent("raptor", style=cfg.prompt_style, max_tokens=16, summary_max_tokens=cfg.raptor_summary_tokens,
-               memory=cfg.raptor_memory, seed=cfg.seed).predict(s, tables, rec)
+    with tempfile.TemporaryDirectory() as tmp:  # an empty summary cache, so every day's summary is asked for
+        old, os.environ["BALMS_CACHE_DIR"] = os.environ.get("BALMS_CACHE_DIR"), tmp
+        try:
+            make_agent("raptor", style=cfg.prompt_style, max_tokens=16, summary_max_tokens=cfg.raptor_summary_tokens,
+                       memory=cfg.raptor_memory, seed=cfg.seed).predict(s, tables, rec)
+        finally:
+            os.environ.pop("BALMS_CACHE_DIR") if old is None else os.environ.update(BALMS_CACHE_DIR=old)
     seqs["raptor_summaries"] = rec.calls[:-1]  # the last call is the answer, not a summary
     return seqs
 
@@ -177,26 +183,9 @@ def prefix_reuse(binary: str, model: Path, seq: list[list[dict]]) -> dict:
             "tokens_reused_share": round(1 - on["processed"] / max(on["total"], 1), 3)}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--requests", type=int, default=8, help="requests per batching measurement")
-    ap.add_argument("--gen-tokens", type=int, default=128)
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args(argv)
-    from balms.models.gguf_assets import gguf_path
-
-    if not os.environ.get("BALMS_RAW_DIR"):
-        from balms.paths import shared_data_dir
-
-        if shared_data_dir() is not None:
-            os.environ["BALMS_RAW_DIR"] = str(shared_data_dir())
-    (ROOT / "build").mkdir(exist_ok=True)
-    seqs = real_sequences(a.requests)
-    binary = server_binary()
-    model = gguf_path(MODEL)
-    server = Server(binary, model, a.slots, cache_ram=0)  # batching: no prompt reused across the repeated runs
-    load0 = round(os.getloadavg()[0], 2)
+def batching_runs(binary: str, model: Path, a, seqs) -> tuple[list[dict], list[dict]]:
+    """Decode-only and CoT end-to-end requests at 1, 2 and 4 in flight on one server with --slots slots."""
+    server = Server(binary, model, a.slots, cache_ram=0)  # no prompt reused across the repeated runs
     try:
         server.chat([{"role": "user", "content": "Hello"}], 4)  # warm-up
         short = [[{"role": "user", "content": f"Write a long essay on sleep and mood, part {i}."}]
@@ -216,19 +205,52 @@ def main(argv=None) -> int:
                 r["greedy_same_as_1"] = sum(x == y for x, y in zip(r["texts"], base["texts"], strict=True))
     finally:
         server.stop()
-    prefix = {name: prefix_reuse(binary, model, seqs[key]) for name, key in (
-        ("instruction block (Health-LLM zero-shot, successive samples)", "healthllm_zs"),
-        ("PHIA's growing transcript (one episode)", "phia_episode"),
-        ("RAPTOR's per-day summaries (one window)", "raptor_summaries"))}
+    return [{k: v for k, v in r.items() if k != "texts"} for r in decode], \
+        [{k: v for k, v in r.items() if k != "texts"} for r in e2e]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=8, help="requests per batching measurement")
+    ap.add_argument("--gen-tokens", type=int, default=128)
+    ap.add_argument("--only", choices=("batching", "prefix"), default=None,
+                    help="re-measure one part; the other is kept from an existing --out file")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    from balms.models.gguf_assets import gguf_path
+
+    if not os.environ.get("BALMS_RAW_DIR"):
+        from balms.paths import shared_data_dir
+
+        if shared_data_dir() is not None:
+            os.environ["BALMS_RAW_DIR"] = str(shared_data_dir())
+    (ROOT / "build").mkdir(exist_ok=True)
+    seqs = real_sequences(a.requests)
+    binary = server_binary()
+    model = gguf_path(MODEL)
+    load0 = round(os.getloadavg()[0], 2)
+    previous = json.loads(Path(a.out).read_text()) if a.only and a.out and Path(a.out).exists() else {}
+    if a.only == "prefix":
+        decode, e2e = previous["batching_decode"], previous["batching_cot_end_to_end"]
+    else:
+        decode, e2e = batching_runs(binary, model, a, seqs)
+    if a.only == "batching":
+        prefix = previous["prefix_reuse"]
+    else:
+        prefix = {name: prefix_reuse(binary, model, seqs[key]) for name, key in (
+            ("instruction block (Health-LLM zero-shot, successive samples)", "healthllm_zs"),
+            ("PHIA's growing transcript (one episode)", "phia_episode"),
+            ("RAPTOR's per-day summaries (one window)", "raptor_summaries"))}
     for k, v in prefix.items():
         print(f"prefix reuse, {k}: x{v['speedup']} ({v['tokens_reused_share']:.0%} of prompt tokens reused)")
+
     doc = {"command": "python bench/bench_serving.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "server": binary, "build": (Path(binary).parent / "BUILD").read_text().strip()
            if (Path(binary).parent / "BUILD").exists() else None, "model": MODEL, "slots": a.slots,
            "cpu_count": os.cpu_count(), "machine": platform.machine(), "load_1m_start": load0,
            "load_1m_end": round(os.getloadavg()[0], 2), "measured_at": time.strftime("%Y-%m-%d %H:%M"),
-           "batching_decode": [{k: v for k, v in r.items() if k != "texts"} for r in decode],
-           "batching_cot_end_to_end": [{k: v for k, v in r.items() if k != "texts"} for r in e2e],
+           "batching_decode": decode, "batching_cot_end_to_end": e2e,
            "prefix_reuse": prefix}
     if a.out:
         Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
