@@ -140,6 +140,21 @@ def test_bundle_made_on_other_data_is_refused(tmp_path, monkeypatch, real_data):
         bundle.import_bundle(f, cache_dir=tmp_path / "c2", raw_root=str(real_data))
 
 
+def test_data_check_finds_the_real_data_as_make_does(monkeypatch):
+    """`balms bundle import` outside make (no BALMS_RAW_DIR) compares with the real data beside the project, as
+    `make` would read them, not with data/raw (it refused the shipped cpu-study bundle that way)."""
+    from balms import paths
+    from balms.data.loading import load_dataset
+
+    monkeypatch.delenv("BALMS_RAW_DIR", raising=False)
+    shared = paths.shared_data_dir()
+    if shared is None:
+        pytest.skip("no real data beside the project")
+    meta = {"data_fingerprints": {"pmdata": [load_dataset("pmdata", shared).fingerprint()]}}
+    assert bundle.check_data(meta) == []
+    assert bundle.check_data({"data_fingerprints": {"pmdata": ["0" * 16]}}) != []
+
+
 def test_import_counts_keys_the_local_cache_answers_differently(tmp_path):
     """The same request answered differently on two machines (another llama.cpp build, prefix reuse rounding
     otherwise) is not silently resolved: the import counts it, keeps the local row by default, takes the file's

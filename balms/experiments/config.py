@@ -104,7 +104,7 @@ class ExperimentConfig(BaseModel):
     anthropic_batch: bool = False  # Claude's single-call cells through the Message Batches API (half price)
     cache_mode: Literal["rw", "replay", "off"] = "rw"
     concurrency: int = 1
-    raw_root: str | None = None  # default: BALMS_RAW_DIR, else ../shared/data, else data/raw
+    raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",
                                    "05_phia_failures", "06_latency", "07_rationale_quality"]
