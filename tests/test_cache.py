@@ -43,6 +43,19 @@ def test_persisted_across_connections_and_replay_needs_no_backend_calls(tmp_path
     assert fake.calls == 0
 
 
+def test_process_counts_calls_made_and_answered_from_the_cache(tmp_path):
+    """What a grid reports as its cost: calls sent to a model vs answered from the cache, over every backend."""
+    from balms.models.cache import process_calls
+
+    before = process_calls()
+    path = tmp_path / "c.sqlite"
+    CachedBackend(FakeBackend(), ResponseCache(path)).generate(MSGS, GenParams())  # made
+    CachedBackend(FakeBackend(), ResponseCache(path), mode="replay").generate(MSGS, GenParams())  # from the cache
+    CachedBackend(FakeBackend(), ResponseCache(path), mode="off").generate(MSGS, GenParams())  # made (no cache)
+    after = process_calls()
+    assert after["made"] - before["made"] == 2 and after["from_cache"] - before["from_cache"] == 1
+
+
 def test_replay_miss_names_the_request(tmp_path):
     fake = FakeBackend(model_id="gguf:tiny@sha256:00")
     b = CachedBackend(fake, ResponseCache(tmp_path / "c.sqlite"), mode="replay")

@@ -144,7 +144,10 @@ def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None,
                                 for m2 in cfg.models_for(s, [m]) for c in cots))
     # before the first call: every model known and served somewhere (one message naming each that is not)
     check_models(list(dict.fromkeys(m for _, _, m, _, _ in combos)), cfg.servers, cache_mode=cfg.cache_mode)
+    from balms.models.cache import process_calls
+
     where = os.environ.get("BALMS_NOTEBOOK")
+    calls0 = process_calls()
     samples_of: dict = {}
     rows = []
     for k, (d, L, m, s, c) in enumerate(combos, 1):
@@ -160,6 +163,11 @@ def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None,
             "n_transcript": len(r.transcript), "cell_key": (r.cell or {}).get("key"),
             "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
             for r in recs)
+    if progress:
+        calls = {k: v - calls0[k] for k, v in process_calls().items()}
+        print(f"{f'[{where}] ' if where else ''}grid of {len(combos)} cells, {len(rows)} records: "
+              f"{calls['made']} model calls made, {calls['from_cache']} answered from the response cache "
+              f"(cache mode {cfg.cache_mode}; records already on disk need neither)", file=sys.stderr, flush=True)
     return pd.DataFrame(rows)
 
 

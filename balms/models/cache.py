@@ -24,6 +24,15 @@ from typing import Sequence
 from balms.models.base import BackendError, Completion, GenParams, Message
 
 MODES = ("rw", "replay", "off")
+# every CachedBackend of this process: model calls made (sent to a model) and answered from the cache, so a grid can
+# say what it cost (`process_calls`; a replay that completes made none)
+_PROCESS_CALLS = {"made": 0, "from_cache": 0}
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_calls() -> dict[str, int]:
+    with _PROCESS_LOCK:
+        return dict(_PROCESS_CALLS)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -141,6 +150,8 @@ class CachedBackend:
                 self.hits += 1
             else:
                 self.misses += 1
+        with _PROCESS_LOCK:
+            _PROCESS_CALLS["from_cache" if hit else "made"] += 1
 
     @property
     def supports_timeout(self) -> bool:
