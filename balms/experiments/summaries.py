@@ -56,7 +56,8 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
     """Table 3 layout: one row per (dataset, system); a column group per backbone.
 
     Each of the paper's backbones gets `paper <b>`, then, where we ran that backbone (paper profile),
-    `ours <b>`, its CI, parse-failure rate and `diff <b>` (ours minus the paper's same cell) right beside it.
+    `ours <b>`, its CI, parse-failure rate and `diff <b>` (ours minus the paper's same cell) right beside it, then
+    ours minus the mean predictor on the same target days with its participant-bootstrap interval, and n parsed.
     Our models that are not paper backbones (the embedded CPU models) follow, then the mean predictors.
     """
     from balms.paper import paper_table
@@ -83,6 +84,12 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
                 row[f"ours {b} parse fail"] = r.parse_failure_rate if r is not None else np.nan
                 if b in paper_backbones:
                     row[f"diff {b}"] = row[f"ours {b}"] - row[f"paper {b}"]
+                # ours against the mean predictor on the same target days, participant-bootstrap interval
+                ok = r is not None and np.isfinite(r.diff_vs_mean_ci_low) and np.isfinite(r.diff_vs_mean_ci_high)
+                row[f"ours {b} minus mean predictor"] = r.diff_vs_mean if r is not None else np.nan
+                row[f"ours {b} minus mean predictor CI"] = (
+                    f"[{r.diff_vs_mean_ci_low:.2f}, {r.diff_vs_mean_ci_high:.2f}]" if ok else "")
+                row[f"ours {b} n parsed"] = int(r.n_parsed) if r is not None else 0
         mp = paper.loc[paper["system"] == "Mean Predictor", f"{d}_mae"]
         row["paper mean predictor"] = float(mp.iloc[0]) if len(mp) else np.nan
         m = mean_pred[mean_pred["dataset"] == d]
