@@ -2,10 +2,19 @@
 
 Synthetic cohorts are written in the dataset's raw layout by `balms.data.synthetic.ensure_synthetic`
 and read by the very same loader, so the code path is identical; only `source` differs.
+
+Parsing the raw CSV/JSON files costs 4-10 s a dataset on 2 cores, and every notebook loads its cohorts, so a
+loaded dataset is kept in `<cache>/tables/` (a pickle) under a key made of the raw files' bytes (every file
+under the dataset's folder, with its relative path), the loader code (every module of `balms.data`), the
+loader options and the pandas version: any change to any of them loads from the raw files again. A cache
+file that cannot be read is reloaded and rewritten, never trusted. `BALMS_TABLES_CACHE=0` turns it off.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 from pathlib import Path
 
 from balms import paths
@@ -38,10 +47,44 @@ def resolve_raw(name: str, raw_root: Path | None = None, *, synthetic_ok: bool =
     return Path(ensure_synthetic(name)), "synthetic"
 
 
+def tables_cache_key(name: str, raw: Path, source: str, opts: dict) -> str:
+    """What a loaded dataset depends on: the raw bytes, the loader code, the options, pandas' version."""
+    import pandas as pd
+
+    h = hashlib.sha256(repr((name, source, sorted(opts.items()), pd.__version__)).encode())
+    for root, rel_to in ((Path(raw), Path(raw)), (Path(__file__).parent, Path(__file__).parent)):
+        pattern = "*" if root == Path(raw) else "*.py"
+        for f in sorted(p for p in root.rglob(pattern) if p.is_file()):
+            h.update(str(f.relative_to(rel_to)).encode() + b"\0")
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:32]
+
+
+def _cached(name: str, raw: Path, source: str, opts: dict) -> DatasetTables:
+    if os.environ.get("BALMS_TABLES_CACHE", "1") == "0":
+        return _loader(name)(raw, source=source, **opts)
+    path = paths.cache_dir() / "tables" / f"{name}-{source}-{tables_cache_key(name, raw, source, opts)}.pkl"
+    if path.exists():
+        try:
+            with open(path, "rb") as fh:
+                tables = pickle.load(fh)
+            if isinstance(tables, DatasetTables):
+                return tables
+        except Exception:  # a truncated or foreign file: load from the raw files and rewrite it
+            pass
+    tables = _loader(name)(raw, source=source, **opts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(tables, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old state or the whole file
+    return tables
+
+
 def load_dataset(name: str, raw_root: Path | None = None, *, synthetic_ok: bool = True, **opts) -> DatasetTables:
-    """Load `name` ("pmdata", "globem", "diversityone"); `opts` go to the dataset's loader."""
+    """Load `name` ("pmdata", "globem", "diversityone"); `opts` go to the dataset's loader. Cached (module doc)."""
     raw, source = resolve_raw(name, raw_root, synthetic_ok=synthetic_ok)
-    return _loader(name)(raw, source=source, **opts)
+    return _cached(name, raw, source, opts)
 
 
 def load_from_dir(name: str, raw_dir: Path, *, source: str = "real", **opts) -> DatasetTables:
