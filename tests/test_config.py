@@ -45,9 +45,13 @@ def test_every_profile_loads_and_overrides_only_known_keys(profile):
 
 
 def test_defaults_live_in_one_place():
-    """The demo profile is the defaults; the paper profile changes budgets and models, not the defaults."""
-    assert config.profile_values("demo") == {}
-    assert config.load("demo") == config.ExperimentConfig(profile="demo")
+    """The demo profile is the defaults cut to size (which cells, how many samples, budgets), never another method
+    (prompts, agents' options, the judge); the paper profile changes budgets and models, not the defaults."""
+    demo = config.profile_values("demo")
+    size_keys = {"datasets", "n_samples", "lookback", "cot_systems", "cot_max_tokens", "raptor_summary_tokens",
+                 "horizon_datasets", "horizon_systems", "ablation_systems"}
+    assert demo and set(demo) <= size_keys, set(demo) - size_keys
+    assert config.load("demo") == config.ExperimentConfig(profile="demo", **demo)
     assert config.load("paper").backbones != config.ExperimentConfig().backbones
 
 

@@ -52,7 +52,7 @@ class ExperimentConfig(BaseModel):
     # decoding budgets
     zs_max_tokens: int = 16
     cot_max_tokens: int = 256
-    cot_systems: list[str] | None = None  # the systems notebook 02 runs with CoT (None: `systems`)
+    cot_systems: list[str] | None = None  # the systems that run with CoT, in every notebook (None: `systems`)
     # ours: a CoT reply that ends without an answer statement (cut off by cot_max_tokens, or finished without one) is
     # asked for its answer alone (balms.agents.prompts.FORCE_ANSWER); records say force_answer, transcripts the reason
     cot_force_answer: bool = True
@@ -167,6 +167,10 @@ class ExperimentConfig(BaseModel):
         keys = ([f"{dataset}.{system}.cot"] if system and cot else []) + ([f"{dataset}.{system}"] if system else []) \
             + ([f"{dataset}.cot"] if cot else []) + [dataset]
         return next((self.n_samples_by[k] for k in keys if k in self.n_samples_by), self.n_samples)
+
+    def runs_cot(self, system: str) -> bool:
+        """Whether `system` has CoT cells (`cot_systems`, None = every system)."""
+        return self.cot_systems is None or system in self.cot_systems
 
     @property
     def horizon_model(self) -> str:

@@ -138,10 +138,11 @@ def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None,
     shows where it is; papermill passes the kernel's stderr on to the terminal."""
     from balms.models.routing import check_models
 
-    # a system with its own backbone (cfg.system_backbones) runs on that one instead of each of `models`
+    # a system with its own backbone (cfg.system_backbones) runs on that one instead of each of `models`; CoT
+    # cells only for cfg.cot_systems (None: every system), in whichever notebook asks (02, 04, 06)
     combos = list(dict.fromkeys((d, L, m2, s, c) for d in (datasets or cfg.datasets) for L in lookbacks
                                 for m in (models or cfg.backbones) for s in (systems or cfg.systems)
-                                for m2 in cfg.models_for(s, [m]) for c in cots))
+                                for m2 in cfg.models_for(s, [m]) for c in cots if cfg.runs_cot(s) or not c))
     # before the first call: every model known and served somewhere (one message naming each that is not)
     check_models(list(dict.fromkeys(m for _, _, m, _, _ in combos)), cfg.servers, cache_mode=cfg.cache_mode)
     from balms.models.cache import process_calls

@@ -113,6 +113,8 @@ def enumerate_cells(
                     for s in systems:
                         for m in cfg.models_for(s, [m0]):  # as run_grid: a system's own backbone wins
                             for c in cots:
+                                if c and not cfg.runs_cot(s):  # as run_grid: CoT only for cot_systems
+                                    continue
                                 cells.append(PlanCell(nb, d, s, m, c, lb, _opts(options)))
 
     grid("01_prediction", cfg.datasets, cfg.systems, cfg.backbones)
