@@ -86,17 +86,23 @@ def tier1_long(agg):
 
 
 agg = ex.aggregate_judgements(paper_scope, by=["dataset", "model", "system"])
-report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src, profile=cfg.profile,
-                  models=judged_models + judges, n=len(paper_scope),
-                  caption=f"GLOBEM Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
-fig = report.facet(tier1_long(agg), kind="bar", x="dimension", y="conditional accuracy", hue="system", col="model",
-                   col_order=judged_models,
-                   title=f"Figure 4: GLOBEM Tier-1 conditional accuracy, one panel per backbone: {cap}; judge {jcap}; "
-                         f"data {src}")
-for ax in fig.axes:
-    ax.tick_params(axis="x", rotation=45)
-report.save_figure(fig, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=cfg.profile,
-                   models=judged_models + judges, n=len(paper_scope))
+agg_all = ex.aggregate_judgements(wider, by=["dataset", "model", "system"])
+if len(paper_scope):
+    report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src,
+                      profile=cfg.profile, models=judged_models + judges, n=len(paper_scope),
+                      caption=f"GLOBEM Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
+    fig = report.facet(tier1_long(agg), kind="bar", x="dimension", y="conditional accuracy", hue="system", col="model",
+                       col_order=judged_models,
+                       title=f"Figure 4: GLOBEM Tier-1 conditional accuracy, one panel per backbone: {cap}; judge {jcap}; "
+                             f"data {src}")
+    for ax in fig.axes:
+        ax.tick_params(axis="x", rotation=45)
+    report.save_figure(fig, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=cfg.profile,
+                       models=judged_models + judges, n=len(paper_scope))
+else:
+    print(f"no judged rationale is in the paper's scope ({', '.join(ex.PAPER_JUDGE_DATASETS)}; "
+          f"{', '.join(ex.PAPER_JUDGE_SYSTEMS)}): this profile judged {sorted(set(judged.dataset))}, so Figure 4 is "
+          "not drawn and Table 6 has the paper's rows only; the judged grid is below")
 agg.round(2)
 
 # %% [markdown]
@@ -104,7 +110,6 @@ agg.round(2)
 
 # %%
 if (~in_paper).any():
-    agg_all = ex.aggregate_judgements(wider, by=["dataset", "model", "system"])
     report.save_table(agg_all, "judge_aggregate_all", artefact="Figure 4 (wider grid, table)", notebook=NB,
                       source=src, profile=cfg.profile, models=judged_models + judges, n=len(wider),
                       caption=f"every judged dataset and system; agents {cap}; judge {jcap}")
@@ -123,7 +128,7 @@ else:
 
 # %%
 tier2 = ["faithfulness", "evidence_grounding", "domain_knowledge", "clarity", "overall"]
-ours6 = agg[agg.dataset == "globem"][["model", "system"] + tier2].rename(columns={"model": "backbone"})
+ours6 = agg[agg.dataset == "globem"].reindex(columns=["model", "system"] + tier2).rename(columns={"model": "backbone"})
 ours6["system"] = ours6["system"].map(ex.PAPER_SYSTEM_NAMES)
 t6 = pd.concat([report.paper_table("table6_globem_tier2").assign(who="paper"), ours6.assign(who="ours")], ignore_index=True)
 report.save_table(t6, "table6_globem_tier2", artefact="Table 6", notebook=NB, source=src, profile=cfg.profile,
@@ -195,7 +200,8 @@ gsum.round(2)
 # checker could verify, per dataset and system (the checker needs no model, so it does not depend on the judge's size).
 
 # %%
-eg = agg.groupby(["dataset", "system"])["evidence_grounding"].mean().reset_index() if "evidence_grounding" in agg else None
+eg = (agg_all.groupby(["dataset", "system"])["evidence_grounding"].mean().reset_index()
+      if "evidence_grounding" in agg_all else None)
 cmp_ = gsum[["dataset", "system", "supported_share"]].merge(eg, on=["dataset", "system"], how="left") if eg is not None else gsum
 for r in cmp_.itertuples():
     print(f"{r.dataset} {r.system}: checker-supported share {claims.fmt(r.supported_share)}, judge evidence grounding "

@@ -80,6 +80,15 @@ def test_run_grid_is_cached_and_resumable(env):
     pd.testing.assert_frame_equal(df.reset_index(drop=True), again.reset_index(drop=True))
 
 
+def test_cot_cells_only_for_cot_systems_in_every_grid(env):
+    """`cot_systems` decides which systems get CoT cells wherever a notebook asks for them (02, 04, 06)."""
+    cfg, _ = env
+    cfg = cfg.replace(systems=["healthllm", "rag"], cot_systems=["healthllm"], n_samples=1)
+    df = ex.run_grid(cfg, cots=(False, True))
+    assert sorted(set(zip(df.system, df.cot, strict=True))) == [("healthllm", False), ("healthllm", True), ("rag", False)]
+    assert len(ex.run_grid(cfg.replace(cot_systems=None), cots=(True,))) == 2  # None: every system
+
+
 def test_with_lookback_keeps_target_and_window_end(env):
     cfg, _ = env
     s = ex.cohort("pmdata", cfg).eval_samples(1, 0)[0]

@@ -1,6 +1,7 @@
 """The experiment configuration: one pydantic model, defaults in one place, profiles that only override.
 
-Resolution order: the defaults below (the demo profile, `make paper`'s default) <- `profiles/<name>.yaml`
+Resolution order: the defaults below (the paper's grid on the embedded CPU model; `profiles/demo.yaml`, `make
+paper`'s default, only cuts them to size) <- `profiles/<name>.yaml`
 <- explicit overrides (`make paper P="-p n_samples 20"`, a notebook's parameters). Every layer is validated
 with `extra="forbid"`: a misspelt key fails with the known keys listed and the closest match suggested, it is
 never silently ignored. Each notebook declares the parameters it uses in its `parameters` cell (all `None` =
@@ -30,7 +31,7 @@ class ConfigError(ValueError):
 
 
 class ExperimentConfig(BaseModel):
-    """Every parameter a notebook or `balms run` may take. Defaults = the demo profile."""
+    """Every parameter a notebook or `balms run` may take. Defaults = the demo profile before its size cuts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -174,6 +174,8 @@ def aggregate_judgements(judged: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """The paper's aggregation (balms.judges.llm_judge.judgement_table) over groups of judged rationales."""
     from balms.judges.llm_judge import judgement_table
 
+    if judged.empty:  # nothing judged in this group: the grouping columns, no row
+        return pd.DataFrame(columns=list(by))
     results = []
     for row in judged.itertuples():
         r = row.judge_result.model_copy(deep=True)
