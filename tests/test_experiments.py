@@ -85,7 +85,8 @@ def test_cot_cells_only_for_cot_systems_in_every_grid(env):
     cfg, _ = env
     cfg = cfg.replace(systems=["healthllm", "rag"], cot_systems=["healthllm"], n_samples=1)
     df = ex.run_grid(cfg, cots=(False, True))
-    assert sorted(set(zip(df.system, df.cot, strict=True))) == [("healthllm", False), ("healthllm", True), ("rag", False)]
+    cells = sorted(set(zip(df.system, df.cot, strict=True)))
+    assert cells == [("healthllm", False), ("healthllm", True), ("rag", False)]
     assert len(ex.run_grid(cfg.replace(cot_systems=None), cots=(True,))) == 2  # None: every system
 
 
