@@ -123,10 +123,14 @@ plan-confirm:
 # the runner draws its bar, both on the kernel's stderr; --stderr-file - passes that stream through as it
 # arrives (a bar updates in place). papermill's own "Executing: 8%" bar would share the line, so it is off;
 # its INFO lines (paths, kernel name) are dropped with --log-level WARNING, warnings and errors still show.
-$(EXEC_DIR)/%.ipynb: notebooks/%.py profiles/$(PROFILE).yaml $(LIB_SOURCES) $(PARAMS_STAMP)
+# the .ipynb papermill runs is the py:percent source converted (outputs kept); only when the source is newer
+.PRECIOUS: notebooks/%.ipynb
+notebooks/%.ipynb: notebooks/%.py
+	@$(VENV)/bin/jupytext --update --to ipynb --output $@ $< >/dev/null && touch $@
+
+$(EXEC_DIR)/%.ipynb: notebooks/%.py notebooks/%.ipynb profiles/$(PROFILE).yaml $(LIB_SOURCES) $(PARAMS_STAMP)
 	@mkdir -p $(@D)
 	@$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$*.py --set "$$BALMS_P" --out $@.params.yaml
-	@$(VENV)/bin/jupytext --update --to ipynb --output notebooks/$*.ipynb notebooks/$*.py >/dev/null
 	@echo "[$*] profile $(PROFILE) -> $@"; rm -f $@.failed
 	@# a failed notebook is moved aside: left as $@ it would count as up to date on the next `make paper`
 	@BALMS_NOTEBOOK=$* BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \

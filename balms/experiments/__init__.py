@@ -9,6 +9,8 @@
 Notebooks use `from balms import experiments as ex` and the names below.
 """
 
+import warnings
+
 from balms.experiments.cohorts import Cohort, cohort, mean_predictor_rows, with_lookback
 from balms.experiments.config import ConfigError, ExperimentConfig, from_notebook, load
 from balms.experiments.grid import (
@@ -46,3 +48,7 @@ __all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "C
            "judge_vs_grounding", "load", "make_cell",
            "mean_predictor_rows", "models_run", "phia_executor_grid", "run_cell", "run_cell_spec", "run_grid",
            "summarize", "table3_paper_vs_ours", "with_lookback"]
+
+# In a Jupyter kernel without ipywidgets, tqdm.auto (imported later by sentence-transformers) warns "IProgress not
+# found" once per notebook and falls back to the text bar, which is the one `make paper` shows anyway: noise.
+warnings.filterwarnings("ignore", message="IProgress not found")
