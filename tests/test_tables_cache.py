@@ -65,6 +65,16 @@ def test_a_damaged_cache_file_is_replaced_not_trusted(raw_root, isolated_cache, 
     assert pkl.read_bytes() != b"not a pickle"
 
 
+def test_the_same_bytes_elsewhere_are_loaded_from_there(raw_root, isolated_cache, tmp_path):
+    """Tables record their raw folder, so a copy in another place is its own entry (raw_dir stays true)."""
+    first = loading.load_dataset("diversityone", raw_root)
+    other = tmp_path / "elsewhere"
+    shutil.copytree(raw_root, other)
+    moved = loading.load_dataset("diversityone", other)
+    assert moved.raw_dir.startswith(str(other)) and first.raw_dir.startswith(str(raw_root))
+    assert moved.fingerprint() == first.fingerprint()  # same data, content-keyed results still compare equal
+
+
 def test_switched_off(raw_root, isolated_cache, monkeypatch):
     monkeypatch.setenv("BALMS_TABLES_CACHE", "0")
     calls = _count_loads(monkeypatch)

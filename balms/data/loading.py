@@ -4,8 +4,8 @@ Synthetic cohorts are written in the dataset's raw layout by `balms.data.synthet
 and read by the very same loader, so the code path is identical; only `source` differs.
 
 Parsing the raw CSV/JSON files costs 4-10 s a dataset on 2 cores, and every notebook loads its cohorts, so a
-loaded dataset is kept in `<cache>/tables/` (a pickle) under a key made of the raw files' bytes (every file
-under the dataset's folder, with its relative path), the loader code (every module of `balms.data`), the
+loaded dataset is kept in `<cache>/tables/` (a pickle) under a key made of the raw folder's location and its
+files' bytes (every file under it, with its relative path), the loader code (every module of `balms.data`), the
 loader options and the pandas version: any change to any of them loads from the raw files again. A cache
 file that cannot be read is reloaded and rewritten, never trusted. `BALMS_TABLES_CACHE=0` turns it off.
 """
@@ -51,7 +51,8 @@ def tables_cache_key(name: str, raw: Path, source: str, opts: dict) -> str:
     """What a loaded dataset depends on: the raw bytes, the loader code, the options, pandas' version."""
     import pandas as pd
 
-    h = hashlib.sha256(repr((name, source, sorted(opts.items()), pd.__version__)).encode())
+    # the folder too: the tables record where they were read from (`raw_dir`)
+    h = hashlib.sha256(repr((name, str(Path(raw).resolve()), source, sorted(opts.items()), pd.__version__)).encode())
     for root, rel_to in ((Path(raw), Path(raw)), (Path(__file__).parent, Path(__file__).parent)):
         pattern = "*" if root == Path(raw) else "*.py"
         for f in sorted(p for p in root.rglob(pattern) if p.is_file()):
