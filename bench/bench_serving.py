@@ -33,6 +33,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from unittest import mock
 
 import httpx
 
@@ -136,13 +137,10 @@ def real_sequences(n_prompts: int) -> dict[str, list[list[dict]]]:
                seed=cfg.seed).predict(s, tables, rec)
     seqs["phia_episode"] = rec.calls
     rec = Recorder(reply="Steps were low and sleep was short on this day.")
-    with tempfile.TemporaryDirectory() as tmp:  # an empty summary cache, so every day's summary is asked for
-        old, os.environ["BALMS_CACHE_DIR"] = os.environ.get("BALMS_CACHE_DIR"), tmp
-        try:
-            make_agent("raptor", style=cfg.prompt_style, max_tokens=16, summary_max_tokens=cfg.raptor_summary_tokens,
-                       memory=cfg.raptor_memory, seed=cfg.seed).predict(s, tables, rec)
-        finally:
-            os.environ.pop("BALMS_CACHE_DIR") if old is None else os.environ.update(BALMS_CACHE_DIR=old)
+    # an empty summary cache, so every day's summary is asked for
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {"BALMS_CACHE_DIR": tmp}):
+        make_agent("raptor", style=cfg.prompt_style, max_tokens=16, summary_max_tokens=cfg.raptor_summary_tokens,
+                   memory=cfg.raptor_memory, seed=cfg.seed).predict(s, tables, rec)
     seqs["raptor_summaries"] = rec.calls[:-1]  # the last call is the answer, not a summary
     return seqs
 
