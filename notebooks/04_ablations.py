@@ -123,10 +123,15 @@ pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"],
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
                   source=report.source_label(pm_sum["source"]), profile=cfg.profile, models=ex.models_run(pm_recs),
                   n=len(pm_recs), caption=f"PMData Health-LLM MAE by channel set; {cap}")
-fig = report.facet(pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
-                              pm_sum.assign(x=pm_sum.channel_set)], ignore_index=True),
-                   kind="bar", x="x", y="mae", hue="system", col="dataset", sharex=False, aspect=1.4,
-                   title=f"Channel-set ablations, {cap}; data: {src}")
+abl = pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
+                 pm_sum.assign(x=pm_sum.channel_set)], ignore_index=True)
+abl["x"] = abl.x + "\n" + abl.n_parsed.astype(int).astype(str) + " of " + abl.n.astype(int).astype(str) + " parsed"
+fig = report.facet(abl, kind="bar", x="x", y="mae", hue="system", col="dataset", sharex=False, aspect=1.4,
+                   title=f"Channel-set ablations, {cap}; data: {src}; n = "
+                         f"{'/'.join(str(int(v)) for v in sorted(set(abl.n)))} samples per cell "
+                         "(MAE over the parsed answers; parsed count under each bar)")
+for ax in fig.axes:
+    ax.tick_params(axis="x", rotation=30, labelsize=7)
 report.save_figure(fig, "table4_ablation", artefact="Table 4 (figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs) + len(pm_recs))
 pm_sum.round(3)
