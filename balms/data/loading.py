@@ -51,13 +51,14 @@ def tables_cache_key(name: str, raw: Path, source: str, opts: dict) -> str:
     """What a loaded dataset depends on: the raw bytes, the loader code, the options, pandas' version."""
     import pandas as pd
 
+    from balms.cellspec import code_fingerprint
+
     # the folder too: the tables record where they were read from (`raw_dir`)
-    h = hashlib.sha256(repr((name, str(Path(raw).resolve()), source, sorted(opts.items()), pd.__version__)).encode())
-    for root, rel_to in ((Path(raw), Path(raw)), (Path(__file__).parent, Path(__file__).parent)):
-        pattern = "*" if root == Path(raw) else "*.py"
-        for f in sorted(p for p in root.rglob(pattern) if p.is_file()):
-            h.update(str(f.relative_to(rel_to)).encode() + b"\0")
-            h.update(hashlib.sha256(f.read_bytes()).digest())
+    h = hashlib.sha256(repr((name, str(Path(raw).resolve()), source, sorted(opts.items()), pd.__version__,
+                             code_fingerprint(("data",)))).encode())
+    for f in sorted(p for p in Path(raw).rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(raw)).encode() + b"\0")
+        h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()[:32]
 
 
