@@ -132,7 +132,7 @@ def test_wheel_installed_non_editable_summarises_pmdata_and_rebuilds_table5(tmp_
     where = _run([vpy, "-c", "import balms; print(balms.__file__)"], **run).stdout.strip()
     assert Path(where).is_relative_to(venv), f"balms imported from {where}, not from the installed wheel"
 
-    # 3. the configuration (profiles are YAML) and the CLI on real PMData, then Table 5 (packaged paper table + our counts) from its summary
+    # 3. the configuration (YAML profiles) and the CLI on real PMData, then Table 5 (packaged paper table + ours)
     shown = json.loads(_run([vpy, "-m", "balms.cli", "config", "show", "--profile", "demo"], **run).stdout)
     assert shown["profile"] == "demo" and shown["systems"]
     out = _run([vpy, "-m", "balms.cli", "data", "summary", "--dataset", "pmdata", "--raw", pmdata_dir, "--json"],
