@@ -5,6 +5,10 @@ cache journal recorded, see `balms.models.cache`) plus the RAPTOR day summaries 
 as one deterministic gzip'd JSONL file (sorted, no timestamps: the same responses give the same bytes).
 `import_responses` loads such a file into the local caches; `compare_tables` checks regenerated tables
 against committed ones with latency columns (measured, machine-dependent) set aside.
+
+Files written under an earlier response-key rule (format balms-responses/1: before a backend's request
+additions entered the key) are re-keyed on import, and `rekey_responses` (`balms bundle rekey-responses IN OUT`)
+rewrites one, or a bundle's responses, under the current rule: from each row's key and model id, no model call.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import pandas as pd
 from balms import paths
 from balms.data.schema import DataError
 
-FORMAT = "balms-responses/1"
+FORMAT = "balms-responses/2"  # keys under balms.models.cache.KEY_RULE 2
+# format -> the response-key rule its keys follow (balms.models.cache.KEY_RULE)
+KEY_RULES = {"balms-responses/1": 1, FORMAT: 2}
 LATENCY_COLUMNS = ("mean_latency_s", "latency_ci_low", "latency_ci_high", "latency_s", "wall_s")
 
 
@@ -115,6 +121,73 @@ def import_responses(path: Path, *, cache_dir: Path | None = None, replace: bool
     return _load_responses(text, path, cache_dir=cache_dir, replace=replace)
 
 
+def _key_rule(lines: list[str], path) -> int:
+    """The response-key rule of a responses file (its first line names the format); an unknown format is refused."""
+    try:
+        head = json.loads(lines[0]) if lines else {}
+    except ValueError:
+        head = {}
+    if head.get("format") not in KEY_RULES:
+        raise DataError(path, f"expected format {FORMAT!r} (or an earlier {sorted(KEY_RULES)}), got "
+                        f"{head.get('format')!r}", row=1)
+    return KEY_RULES[head["format"]]
+
+
+def _upgrade(rec: dict, rule: int) -> bool:
+    """Re-key a response row of a rule-1 file under the current rule (its model's request additions hashed in);
+    whether its key changed."""
+    from balms.models.cache import upgrade_key
+    from balms.models.registry import additions_for_model_id
+
+    if rule >= 2 or rec.get("table") != "responses":
+        return False
+    old = rec["key"]
+    rec["key"] = upgrade_key(old, additions_for_model_id(rec["model_id"]))
+    return rec["key"] != old
+
+
+def rekey_text(text: str, path="<responses>") -> tuple[str, dict]:
+    """A responses file's text with every key under the current rule, sorted as `export_responses` writes it, and
+    counts (`rekeyed`: keys that changed). A file already under the current rule comes back unchanged."""
+    lines = text.splitlines()
+    rule = _key_rule(lines, path)
+    head = json.loads(lines[0]) | {"format": FORMAT}
+    responses, other, n = [], [], 0
+    for i, line in enumerate(lines[1:], 2):
+        try:
+            rec = json.loads(line)
+            n += _upgrade(rec, rule)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(path, f"bad line: {exc}", row=i) from None
+        (responses if rec.get("table") == "responses" else other).append(rec)
+    if len({r["key"] for r in responses}) != len(responses):
+        raise DataError(path, "two responses share a key after re-keying")
+    out = [json.dumps(head, sort_keys=True)] + [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in
+                                                sorted(responses, key=lambda r: r["key"])]
+    out += [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in other]
+    return "\n".join(out) + "\n", {"responses": len(responses), "rekeyed": n, "other_rows": len(other),
+                                    "from_rule": rule}
+
+
+def rekey_responses(src: Path, out: Path) -> dict:
+    """`src` (a .jsonl.gz responses file, or a bundle: its responses.jsonl) re-keyed under the current rule into
+    `out` (.jsonl.gz); no model is called. Returns counts and the output's sha256."""
+    src = Path(src)
+    if src.name.endswith(".bundle.tar.gz"):
+        _, files = verify_bundle(src)
+        text, where = files["responses.jsonl"].decode("utf-8"), f"{src}:responses.jsonl"
+    else:
+        try:
+            text, where = gzip.decompress(src.read_bytes()).decode("utf-8"), src
+        except (OSError, EOFError) as exc:
+            raise DataError(src, f"not a gzip'd responses file: {exc}") from None
+    new, counts = rekey_text(text, where)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(_gzip(new.encode("utf-8")))
+    return counts | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
+
+
 def _load_responses(text: str, path, *, cache_dir: Path | None = None, replace: bool = False) -> dict:
     from balms.agents.raptor import SummaryCache
     from balms.models.base import Completion
@@ -122,16 +195,16 @@ def _load_responses(text: str, path, *, cache_dir: Path | None = None, replace: 
 
     cdir = cache_dir or paths.cache_dir()
     lines = text.splitlines()
-    head = json.loads(lines[0]) if lines else {}
-    if head.get("format") != FORMAT:
-        raise DataError(path, f"expected format {FORMAT!r}, got {head.get('format')!r}", row=1)
+    rule = _key_rule(lines, path)
     cache = ResponseCache(cdir / "responses.sqlite")
     summaries = SummaryCache(cdir / "raptor_summaries.sqlite")
-    n = {"responses": 0, "raptor_summaries": 0, "conflicts": 0, "replaced" if replace else "kept_local": 0}
+    n = {"responses": 0, "raptor_summaries": 0, "conflicts": 0, "replaced" if replace else "kept_local": 0,
+         "rekeyed": 0}
     try:
         for i, line in enumerate(lines[1:], 2):
             try:
                 rec = json.loads(line)
+                n["rekeyed"] += _upgrade(rec, rule)
                 if rec["table"] == "responses":
                     comp = Completion(**rec["completion"])
                     local = cache.get(rec["key"])
@@ -340,7 +413,7 @@ def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol:
 
 
 def register(sub) -> None:
-    """`balms bundle export|import|verify|export-responses|import-responses|compare`."""
+    """`balms bundle export|import|verify|export-responses|import-responses|rekey-responses|compare`."""
     p = sub.add_parser("bundle", help="carry a profile's model responses to another machine and check tables")
     s = p.add_subparsers(dest="cmd", required=True)
     e = s.add_parser("export-responses", help="the responses a profile's runs used -> one .jsonl.gz")
@@ -350,6 +423,10 @@ def register(sub) -> None:
     i.add_argument("file")
     i.add_argument("--replace", action="store_true",
                    help="the file's response wins where the local cache answers the same key differently")
+    r = s.add_parser("rekey-responses", help="a responses file (or a bundle's responses) written under an earlier "
+                     "response-key rule -> the same responses under the current one (no model call)")
+    r.add_argument("src", help="a .jsonl.gz responses file or a .bundle.tar.gz")
+    r.add_argument("out", help="the re-keyed .jsonl.gz (may be the same path as src)")
     b = s.add_parser("export", help="one archive with a profile's runs, the responses they used and checksums")
     b.add_argument("--profile", required=True)
     b.add_argument("--out", default=None, help="default: results/<profile>/<profile>.bundle.tar.gz")
@@ -385,6 +462,8 @@ def register(sub) -> None:
             print(json.dumps({"profile": meta["profile"], "files": len(meta["files"]), **meta["counts"]}))
         elif a.cmd == "export-responses":
             print(json.dumps(export_responses(a.profile, Path(a.out))))
+        elif a.cmd == "rekey-responses":
+            print(json.dumps(rekey_responses(Path(a.src), Path(a.out))))
         elif a.cmd == "import-responses":
             got = import_responses(Path(a.file), replace=a.replace)
             print(json.dumps(got))

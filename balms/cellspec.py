@@ -11,21 +11,38 @@ calls still come from the response cache, so a re-run after a code change costs 
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import importlib.util
 import json
+from collections import deque
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from balms.codegraph import imports_of, modules_of, parents
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
-# The code a record's content depends on, given the model's responses: data -> window -> prompt -> tools ->
-# parse. Loaders are not listed: what they produce is covered by the data fingerprint. Judges, metrics and the
-# report are downstream of records and do not re-run cells.
-CODE_PATHS = ("agents", "sandbox", "data/render.py", "data/samples.py", "data/channels.py", "data/schema.py",
-              "records.py", "models/reasoning.py", "cellspec.py")
+# ------------------------------------------------------------------------------ the code fingerprint ---
+# A cell's records are computed by its agent (prompts, tools, parsing), the runner that calls it and writes the
+# records, and the backend the model registry builds (which may add to a request, e.g. llama.cpp's default
+# system message). The fingerprint hashes the import closure of those modules (imports anywhere in a file, plus
+# code loaded by name: the sandbox worker that PHIA's executor starts as a separate process, see
+# balms.codegraph), so no hand-written list can miss a module.
+CELL_ROOTS = ("balms.runner", "balms.records", "balms.models.registry")
+# Reached by the walk but not part of any cell's code: what they compute reaches a cell only as the tables it
+# reads, which the data fingerprint hashes (a loader's fix that changes no table changes no record).
+NOT_CELL_CODE: dict[str, str] = {
+    "balms.data.loading": "reads a raw folder into DatasetTables: the tables are hashed by the data fingerprint",
+    "balms.data.pmdata": "a loader (data registry): its tables are hashed by the data fingerprint",
+    "balms.data.globem": "a loader (data registry): its tables are hashed by the data fingerprint",
+    "balms.data.diversityone": "a loader (data registry): its tables are hashed by the data fingerprint",
+    "balms.data.synthetic*": "writes the synthetic raw cohorts the loaders read: covered like them",
+    "balms.data.fingerprint": "computes the data fingerprint itself",
+}
 
 
 def _canonical(obj: Any) -> str:
@@ -52,14 +69,131 @@ def _code_files(root: Path, rels: tuple[str, ...]) -> list[Path]:
 
 
 @lru_cache(maxsize=8)
-def code_fingerprint(rels: tuple[str, ...] = CODE_PATHS, root: str | None = None) -> str:
-    """sha256 over the source files under `rels` (default: the prompt/tool/parse path), names included."""
+def code_fingerprint(rels: tuple[str, ...], root: str | None = None) -> str:
+    """sha256 over the source files under `rels` (paths in the package), names included. A cell's code is
+    fingerprinted by `cell_code_fingerprint` instead (its import closure, not a list)."""
     base = Path(root) if root else PACKAGE_ROOT
     h = hashlib.sha256()
     for f in _code_files(base, rels):
         h.update(f.relative_to(base).as_posix().encode() + b"\0")
         h.update(f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
+
+
+def excluded(module: str) -> str | None:
+    """Why `module` is not cell code (NOT_CELL_CODE), None when it is."""
+    return next((why for pat, why in NOT_CELL_CODE.items() if fnmatch.fnmatchcase(module, pat)), None)
+
+
+def _package_modules(top: str, root: str | None) -> dict[str, Path]:
+    """A top-level package's modules: balms from `root` (a copy, in tests) or this package; another one (a
+    system from a plugin) from where Python would import it."""
+    if top == "balms":
+        return modules_of(Path(root) if root else PACKAGE_ROOT, "balms")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not (spec.submodule_search_locations or spec.origin):
+        raise ValueError(f"code fingerprint: cannot find the source of module {top!r}")
+    if spec.submodule_search_locations:
+        return modules_of(Path(list(spec.submodule_search_locations)[0]), top)
+    return modules_of(Path(spec.origin), top)
+
+
+@lru_cache(maxsize=32)
+def import_closure(roots: tuple[str, ...], root: str | None = None) -> tuple[tuple[str, str], ...]:
+    """(module, source file) of every module the `roots` load, transitively: their imports (any depth, lazy
+    ones included), the packages Python runs first (`__init__`), and code loaded by name (balms.codegraph);
+    modules of NOT_CELL_CODE are left out and not followed. Tracked: balms, and the package of each root
+    (a plugin's own modules). `root`: a copy of the balms package to read instead of this one."""
+    tops = tuple(dict.fromkeys(["balms", *(r.split(".")[0] for r in roots)]))
+    modules: dict[str, Path] = {}
+    for top in tops:
+        modules.update(_package_modules(top, root))
+    missing = [r for r in roots if r not in modules]
+    if missing:
+        raise ValueError(f"code fingerprint: no source for root module(s) {missing}")
+    seen: dict[str, Path] = {}
+    todo = deque(roots)
+    while todo:
+        m = todo.popleft()
+        if m in seen or m not in modules or excluded(m):
+            continue
+        seen[m] = modules[m]
+        todo.extend(parents(m))
+        todo.extend(e.imported for e in imports_of(m, modules[m], modules, m, tops, references=True))
+    return tuple(sorted((m, str(p)) for m, p in seen.items()))
+
+
+@lru_cache(maxsize=32)
+def closure_fingerprint(roots: tuple[str, ...], root: str | None = None) -> str:
+    """sha256 over the import closure of `roots`: each module's name and source bytes."""
+    h = hashlib.sha256()
+    for name, path in import_closure(roots, root):
+        h.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def cell_roots(agent: Any) -> tuple[str, ...]:
+    """The modules a cell's code starts from: its agent class's module and those of its base classes (in balms
+    or the agent's own package), then CELL_ROOTS."""
+    cls = agent if isinstance(agent, type) else type(agent)
+    own = cls.__module__.split(".")[0]
+    mods = [c.__module__ for c in cls.__mro__ if c.__module__.split(".")[0] in ("balms", own)]
+    return tuple(dict.fromkeys([*mods, *CELL_ROOTS]))
+
+
+def cell_code_fingerprint(agent: Any, root: str | None = None) -> str:
+    """The code fingerprint of a cell run by `agent` (an agent or its class).
+
+    Per cell, not global: a cell's key changes exactly when code in its own closure changes, so a fix to PHIA's
+    sandbox re-runs PHIA's cells and leaves Health-LLM's on disk (their records could not have changed); the
+    systems share the runner, records and backend code, so a change there re-keys every cell. Cached per process
+    (the walk parses each file once)."""
+    return closure_fingerprint(cell_roots(agent), root)
+
+
+# ------------------------------------------------------------------------------ the spec --------------
+class FrozenDict(dict):
+    """A dict that refuses changes (nested dicts frozen too, lists as tuples): a spec's options are read-only.
+    A dict subclass, so JSON, pydantic and `isinstance(x, dict)` callers read it as before."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a cell spec's options are read-only: build a new spec (spec.model_copy(update=...))")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(_canonical(self))
+
+    def __reduce__(self):
+        return (FrozenDict, (dict(self),))
+
+    def thaw(self) -> dict:
+        """A plain, mutable deep copy."""
+        return json.loads(json.dumps(self))
+
+
+def _freeze(value: Any, where: str) -> Any:
+    if isinstance(value, dict):
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise ValueError(f"{where}: keys must be strings, got {bad[:3]}")
+        return FrozenDict({k: _freeze(v, f"{where}.{k}") for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float) and value == value and abs(value) != float("inf"):
+        return value
+    raise ValueError(f"{where}: {type(value).__name__} {value!r} is not a JSON value (string, number, bool, null, "
+                     "list or mapping): record the option as data")
+
+
+def _frozen_options(value: dict) -> FrozenDict:
+    return _freeze(value, "options")
+
+
+def _frozen_additions(value: dict) -> FrozenDict:
+    return _freeze(value, "request_additions")
 
 
 def run_name(system: str, model: str, cot: bool, lookback: int, key: str) -> str:
@@ -69,21 +203,47 @@ def run_name(system: str, model: str, cot: bool, lookback: int, key: str) -> str
 
 
 class CellSpec(BaseModel):
-    """One cell of the benchmark. Equal specs compute equal records; the key names the run file."""
+    """One cell of the benchmark. Equal specs compute equal records; the key names the run file. Immutable (its
+    options and request additions are read-only mappings) and validated: an unknown field, a non-JSON option or
+    an impossible value is refused with a message naming it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    dataset: str
-    system: str
-    model: str  # registry (or served) name
-    model_id: str  # exact model id the backend reports
+    dataset: str = Field(min_length=1)
+    system: str = Field(min_length=1)
+    model: str = Field(min_length=1)  # the registry's canonical name (balms.models.registry.canonical_name)
+    model_id: str = Field(min_length=1)  # exact model id the backend reports
+    # what the backend adds to every request (e.g. llama.cpp's default system message): in the response-cache key
+    # too (balms.models.cache), so a change to it is a new cell whose calls are not answered from the old ones
+    request_additions: Annotated[dict[str, Any], AfterValidator(_frozen_additions)] = Field(
+        default_factory=FrozenDict)
     cot: bool
-    lookback: int
-    options: dict[str, Any] = Field(default_factory=dict)  # the agent's own options, decoding included
-    prompt_style: str | None = None  # "paper" | "corrected" for the prompt-based agents; None where n/a
+    lookback: int = Field(ge=0)
+    # the agent's own options, decoding included (read-only)
+    options: Annotated[dict[str, Any], AfterValidator(_frozen_options)] = Field(default_factory=FrozenDict)
+    prompt_style: str | None = Field(default=None, min_length=1)  # "paper" | "corrected"; None where n/a
     sample_ids: tuple[str, ...] = ()
     data_fingerprint: str = ""
     code_fingerprint: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(f"CellSpec: unknown field(s) {unknown}; a spec has exactly "
+                                 f"{sorted(cls.model_fields)}")
+        return data
+
+    @field_validator("sample_ids")
+    @classmethod
+    def _distinct_ids(cls, ids: tuple[str, ...]) -> tuple[str, ...]:
+        seen: set[str] = set()
+        dup = [i for i in ids if i in seen or seen.add(i)]
+        if dup:
+            raise ValueError(f"sample ids repeat: {dup[:3]} (a cell evaluates each sample once)")
+        return ids
 
     @property
     def decoding(self) -> dict[str, Any]:

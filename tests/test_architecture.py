@@ -2,18 +2,18 @@
 
 raw -> tables -> samples -> agents -> records -> metrics -> tables/figures: a module may import its own
 layer or a lower one, never a higher one, so e.g. the judges rebuild an agent's window from the data
-layer instead of importing agents. Imports are read statically with `ast` (module level, inside
+layer instead of importing agents. Imports are read statically (balms.codegraph: module level, inside
 functions, and under `if TYPE_CHECKING:`), so a lazy import cannot hide a dependency.
 """
 
 from __future__ import annotations
 
-import ast
 import fnmatch
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from balms.codegraph import Edge, imports_of, modules_of
 
 # Layer of every module, lowest first. A key is a module or package name (it covers the package's modules)
 # or an fnmatch pattern (with "*"); a pattern beats a name, and among several matching patterns the highest
@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "balms.paths": 0,
     "balms.records": 0,
     "balms.cellspec": 0,
+    "balms.codegraph": 0,
     "balms.paper": 0,
     "balms.data": 1,
     "balms.models": 2,
@@ -52,52 +53,6 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 ROOT = "balms"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / ROOT
-
-
-@dataclass(frozen=True)
-class Edge:
-    importer: str
-    imported: str
-    file: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.importer} imports {self.imported}"
-
-
-def modules_of(pkg_dir: Path, root: str = ROOT) -> dict[str, Path]:
-    """Dotted module name -> source file, for every .py under the package."""
-    out = {}
-    for f in sorted(pkg_dir.rglob("*.py")):
-        parts = list(f.relative_to(pkg_dir).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join([root, *parts])] = f
-    return out
-
-
-def imports_of(name: str, path: Path, modules: dict[str, Path], rel: str, root: str = ROOT) -> list[Edge]:
-    """Every import of a package module in `path` (shown as `rel`), resolved to the module it loads."""
-    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    edges = []
-
-    def add(target: str, node: ast.AST) -> None:
-        edge = Edge(name, target, rel, node.lineno)
-        if (target == root or target.startswith(root + ".")) and target != name and edge not in edges:
-            edges.append(edge)
-
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                add(a.name, node)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
-            for a in node.names:
-                sub = f"{base}.{a.name}"
-                add(sub if sub in modules else base, node)  # `from balms.data import render` loads render
-    return edges
 
 
 def layer_of(module: str) -> tuple[str, int] | None:

@@ -12,7 +12,7 @@ import threading
 import pytest
 from pydantic import ValidationError
 
-from balms.cellspec import CODE_PATHS, CellSpec, code_fingerprint
+from balms.cellspec import CellSpec
 from balms.data.schema import DataError
 from balms.paths import PROJECT_ROOT
 from balms.runner import load_records, manifest_path_for, run_samples
@@ -43,20 +43,6 @@ def test_key_is_stable_and_covers_every_field():
 def test_compact_form_replaces_ids_by_digest():
     c = _spec().compact()
     assert "sample_ids" not in c and c["n_samples"] == 2 and c["key"] == _spec().key()
-
-
-def test_code_fingerprint_follows_the_source(tmp_path):
-    root = tmp_path / "balms"
-    shutil.copytree(PROJECT_ROOT / "balms", root, ignore=shutil.ignore_patterns("__pycache__"))
-    before = code_fingerprint(CODE_PATHS, str(root))
-    assert before == code_fingerprint(CODE_PATHS, str(PROJECT_ROOT / "balms"))
-    (root / "agents" / "parsing.py").write_text((root / "agents" / "parsing.py").read_text() + "\n# changed\n")
-    code_fingerprint.cache_clear()
-    assert code_fingerprint(CODE_PATHS, str(root)) != before
-    (root / "metrics.py").write_text("# downstream of records: not part of the cell\n")
-    code_fingerprint.cache_clear()
-    (root / "agents" / "parsing.py").write_text((PROJECT_ROOT / "balms" / "agents" / "parsing.py").read_text())
-    assert code_fingerprint(CODE_PATHS, str(root)) == before
 
 
 def test_records_and_manifest_carry_the_spec_and_foreign_records_are_refused(tmp_path):

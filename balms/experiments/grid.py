@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from balms.cellspec import CellSpec, code_fingerprint, run_name
+from balms.cellspec import CellSpec, cell_code_fingerprint, run_name
 from balms.data.schema import Sample
 from balms.experiments.cohorts import cohort, with_lookback
 from balms.experiments.config import ExperimentConfig
@@ -62,7 +62,7 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     """The spec of one cell, its samples (the config's seeded evaluation samples unless given) and agent.
     `key_only`: no backend is built (the spec is wanted, not a run)."""
     from balms.agents.registry import build_agent
-    from balms.models.registry import get_backend
+    from balms.models.registry import canonical_name, get_backend
 
     if samples is None:
         samples = eval_samples(cfg, dataset, lookback, system=system, cot=cot)
@@ -73,9 +73,10 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     # the plan computes keys without a server: the replay stand-in reports the registry's exact id
     backend = get_backend(model, cache_mode="replay" if key_only else cfg.cache_mode, servers=cfg.servers)
     opts = agent.options()
-    spec = CellSpec(dataset=dataset, system=system, model=model, model_id=backend.model_id, cot=cot, lookback=lb,
+    spec = CellSpec(dataset=dataset, system=system, model=canonical_name(model), model_id=backend.model_id,
+                    request_additions=backend.request_additions, cot=cot, lookback=lb,
                     options=opts, prompt_style=opts.get("style"), sample_ids=tuple(s.sample_id for s in samples),
-                    data_fingerprint=cohort(dataset, cfg).fingerprint, code_fingerprint=code_fingerprint())
+                    data_fingerprint=cohort(dataset, cfg).fingerprint, code_fingerprint=cell_code_fingerprint(agent))
     return Cell(spec, samples, agent)
 
 
@@ -110,7 +111,7 @@ def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
 
         opts["limits"] = SandboxLimits(**opts["limits"])
     agent = make_agent(spec.system, cot=spec.cot, **opts)
-    rebuilt = spec.model_copy(update={"code_fingerprint": code_fingerprint()})
+    rebuilt = spec.model_copy(update={"code_fingerprint": cell_code_fingerprint(agent)})
     differs = sorted(k for k in set(spec.options) | set(agent.options())
                      if json.dumps(spec.options.get(k), sort_keys=True, default=str)
                      != json.dumps(agent.options().get(k), sort_keys=True, default=str))

@@ -1,8 +1,12 @@
 """Response cache: every completion is committed to SQLite (WAL) as it arrives, so re-running a notebook or
 resuming a crashed run never recomputes a model call, and a run can be replayed without a GPU or an API key.
 
-Key = sha256 of (exact model id, messages, `GenParams.cache_key_fields()`): everything that determines the
-output, nothing of the transport (URLs, timeouts, concurrency). Errors are never stored.
+Key = sha256 of (exact model id, messages, `GenParams.cache_key_fields()`), then, when the backend adds to
+every request (`request_additions`, e.g. llama.cpp's default system message), sha256 of that request key and the
+additions: everything that determines the output, nothing of the transport (URLs, timeouts, concurrency).
+Errors are never stored. The additions are hashed over the request key, not into the messages, so a response
+stored under the earlier rule (KEY_RULE 1: no additions) is re-keyed from its key and model id alone
+(`upgrade_key`), without its request: exported response files carry no requests (balms.bundle).
 Modes: "rw" (read, compute misses, write), "replay" (a miss is an error naming the request), "off".
 
 Journal: with `BALMS_CACHE_JOURNAL=<file>` every key served (hit or computed) is appended to that file, so the
@@ -49,17 +53,34 @@ class CacheMissError(BackendError):
     """Replay-only mode met a request that was never recorded."""
 
 
-def request_payload(model_id: str, messages: Sequence[Message], params: GenParams) -> dict:
-    return {
+# 1: the request only; 2: the request, then the backend's request additions (`upgrade_key`)
+KEY_RULE = 2
+
+
+def request_payload(model_id: str, messages: Sequence[Message], params: GenParams,
+                    additions: dict | None = None) -> dict:
+    out = {
         "model_id": model_id,
         "messages": [m.to_dict() for m in messages],
         "params": params.cache_key_fields(),
     }
+    if additions:
+        out["request_additions"] = dict(additions)
+    return out
 
 
-def cache_key(model_id: str, messages: Sequence[Message], params: GenParams) -> str:
-    blob = json.dumps(request_payload(model_id, messages, params), sort_keys=True, ensure_ascii=False)
+def upgrade_key(request_key: str, additions: dict | None) -> str:
+    """The key of a request (its rule-1 key) sent by a backend that adds `additions` to it; unchanged when it
+    adds nothing."""
+    if not additions:
+        return request_key
+    blob = json.dumps({"request": request_key, "request_additions": additions}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def cache_key(model_id: str, messages: Sequence[Message], params: GenParams, additions: dict | None = None) -> str:
+    blob = json.dumps(request_payload(model_id, messages, params), sort_keys=True, ensure_ascii=False)
+    return upgrade_key(hashlib.sha256(blob.encode("utf-8")).hexdigest(), additions)
 
 
 _COMPLETION_FIELDS = {f.name for f in fields(Completion)}
@@ -125,6 +146,8 @@ class CachedBackend:
         self.mode = mode
         self.model_id: str = backend.model_id
         self.name: str = getattr(backend, "name", backend.model_id)
+        # what the backend adds to every request: part of every key (and of the cell spec, balms.cellspec)
+        self.request_additions: dict = dict(getattr(backend, "request_additions", None) or {})
         self.hits = 0
         self.misses = 0
         self._stats_lock = threading.Lock()
@@ -162,7 +185,7 @@ class CachedBackend:
         if self.mode == "off":
             self._count(False)
             return self._call(messages, params, timeout_s)
-        key = cache_key(self.model_id, messages, params)
+        key = cache_key(self.model_id, messages, params, self.request_additions)
         hit = self.cache.get(key)
         if hit is None:
             with self._inflight_lock:
@@ -200,5 +223,5 @@ class CachedBackend:
             )
         self._count(False)
         completion = self._call(messages, params, timeout_s)  # errors propagate and are never stored
-        self.cache.put(key, request_payload(self.model_id, messages, params), completion)
+        self.cache.put(key, request_payload(self.model_id, messages, params, self.request_additions), completion)
         return completion

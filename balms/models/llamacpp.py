@@ -4,7 +4,9 @@ Each GGUF file is loaded once per process (module-level pool) and shared by ever
 names it; a lock serialises calls because a `Llama` object is not thread-safe. The context window starts at
 4096 tokens and is grown (model reloaded) only when a prompt needs more, up to the model's trained context.
 The system message is always sent explicitly: with none, Qwen's embedded chat template injects its own
-("You are Qwen, created by Alibaba Cloud..."), which would make prompts differ across backends.
+("You are Qwen, created by Alibaba Cloud..."), which would make prompts differ across backends. A request
+without one gets DEFAULT_SYSTEM; the backend declares it (`request_additions`), so it enters the response-cache
+key and the cell spec.
 
 OpenMP threads must not spin while idle: on a shared or oversubscribed CPU, llama.cpp's default busy-waiting
 made generation ~10x slower here (SmolLM2 tests: 15 s vs 1.5 s). OMP_WAIT_POLICY=PASSIVE is therefore set
@@ -95,6 +97,15 @@ class LlamaCppBackend:
         self.name = name or model_id
         self.n_threads = _threads(n_threads)
         self.default_system = default_system
+
+    @staticmethod
+    def additions(default_system: str = DEFAULT_SYSTEM) -> dict:
+        """What this backend adds to a request (the registry asks this for a replay stand-in too)."""
+        return {"default_system": default_system}
+
+    @property
+    def request_additions(self) -> dict:
+        return self.additions(self.default_system)
 
     @property
     def model_path(self) -> Path:

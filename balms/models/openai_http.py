@@ -98,6 +98,16 @@ class OpenAICompatBackend:
         self.reasoning_model = reasoning_model  # registry is_reasoning: a cut-off tagless text is all thought
         self.candidates = list(self.base_urls)
 
+    @staticmethod
+    def additions(extra_body: dict | None = None) -> dict:
+        """What this backend adds to a request: `extra_body`, when given (the registry asks this for a replay
+        stand-in too)."""
+        return {"extra_body": dict(extra_body)} if extra_body else {}
+
+    @property
+    def request_additions(self) -> dict:
+        return self.additions(self.extra_body)
+
     def _route(self) -> None:
         """Narrow the candidates to the servers that serve this model (balms.models.routing), once."""
         from balms.models.discovery import RoutingError, route

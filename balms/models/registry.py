@@ -114,6 +114,41 @@ def spec(name: str) -> ModelSpec:
     raise UnknownModelError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")
 
 
+def canonical_name(name: str) -> str:
+    """The registry's spelling of a model name ("Qwen2.5-Coder-0.5B" -> "qwen2.5-coder-0.5b"), which cell specs,
+    run files and records carry, so one model never makes two cells; a name the registry does not know (served
+    only) is kept as written (servers match it exactly)."""
+    try:
+        return spec(name).name
+    except UnknownModelError:
+        return name
+
+
+def request_additions(name: str, **overrides) -> dict:
+    """What the backend `build_raw_backend(name, **overrides)` adds to every request (its `request_additions`),
+    known without building it: the replay stand-in and the response re-keying need it with no model or server."""
+    s = spec(name)
+    kind = overrides.get("backend") or s.backend
+    if kind == "llamacpp":
+        from balms.models.llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend.additions(**{k: overrides[k] for k in ("default_system",) if k in overrides})
+    if kind == "openai":
+        from balms.models.openai_http import OpenAICompatBackend
+
+        return OpenAICompatBackend.additions(overrides.get("extra_body"))
+    return {}
+
+
+def additions_for_model_id(model_id: str) -> dict:
+    """`request_additions` of the registry model with this exact id ({} for an id the registry does not know:
+    a served-only model, whose backend adds nothing unless told to)."""
+    for s in MODELS.values():
+        if s.model_id == model_id:
+            return request_additions(s.name)
+    return {}
+
+
 def resolve_spec(name: str, servers: Sequence[str] | None = None):
     """The registry entry for `name`; else, if a listed server serves exactly `name`, an OpenAI-compatible
     spec with that model id (registered for this process so reports can label it); else UnknownModelError."""
@@ -215,8 +250,9 @@ def default_cache_path() -> Path:
 class ReplayOnlyBackend:
     """Stands in for the real backend in replay-only mode; being called is a bug."""
 
-    def __init__(self, model_id: str, name: str):
+    def __init__(self, model_id: str, name: str, request_additions: dict | None = None):
         self.model_id, self.name = model_id, name
+        self.request_additions = dict(request_additions or {})  # what the real backend would add
 
     def generate(self, messages, params):  # pragma: no cover - CachedBackend(replay) never calls it
         from balms.models.base import BackendError
@@ -257,7 +293,7 @@ def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: 
             s = register_served_model(name)
         env_mid = os.environ.get("BALMS_ANTHROPIC_MODEL") if s.backend == "anthropic" else None
         mid = overrides.get("model_id") or env_mid
-        raw = ReplayOnlyBackend(mid or s.model_id, s.name)
+        raw = ReplayOnlyBackend(mid or s.model_id, s.name, request_additions(s.name, **overrides))
         return CachedBackend(raw, shared_cache(cache_path), mode="replay")
     retries = overrides.pop("retries", 4)
     raw = build_raw_backend(name, **overrides)
