@@ -128,3 +128,54 @@ def test_changed_code_reruns_the_cell_from_the_response_cache(tmp_path, real_dat
     third = run()
     assert third["key"] not in (first["key"], second["key"]) and third["misses"] == 2
     assert all(p.endswith("PROMPT-CHANGED") for p in third["prompts"])
+
+
+def test_the_spec_is_immutable_all_the_way_down():
+    import copy
+    import pickle
+
+    s = _spec(options={"limits": {"cpu_s": 10}, "channels": ["a", "b"], "seed": 0})
+    for change in (lambda o: o.__setitem__("seed", 1), lambda o: o["limits"].update(cpu_s=1),
+                   lambda o: o.pop("seed"), lambda o: o.clear(), lambda o: o.setdefault("x", 1)):
+        with pytest.raises(TypeError, match="read-only"):
+            change(s.options)
+    assert s.options["channels"] == ("a", "b")  # lists become tuples
+    with pytest.raises(ValidationError, match="frozen"):
+        s.lookback = 3
+    assert isinstance(s.options, dict) and json.loads(json.dumps(s.options)) == {"limits": {"cpu_s": 10},
+                                                                                "channels": ["a", "b"], "seed": 0}
+    assert pickle.loads(pickle.dumps(s)) == s and copy.deepcopy(s) == s
+    assert CellSpec.from_json(s.to_json()) == s and CellSpec.from_json(s.to_json()).key() == s.key()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"typo": 1}, r"unknown field\(s\) \['typo'\]"),
+    ({"options": {"limits": {1, 2}}}, r"options.limits: set .* is not a JSON value"),
+    ({"options": {"x": float("nan")}}, "options.x: float nan is not a JSON value"),
+    ({"request_additions": {"default_system": object()}}, "request_additions.default_system: object"),
+    ({"lookback": -1}, "lookback"),
+    ({"model": ""}, "model"),
+    ({"sample_ids": ("a", "b", "a")}, r"sample ids repeat: \['a'\]"),
+])
+def test_invalid_specs_are_refused_by_name(change, message):
+    with pytest.raises(ValidationError, match=message):
+        CellSpec(**(_spec().model_dump() | change))
+    if "typo" in change:  # from a manifest too
+        with pytest.raises(ValidationError, match=message):
+            CellSpec.from_json(json.dumps(json.loads(_spec().to_json()) | change))
+
+
+def test_one_model_one_cell_whatever_its_spelling(real_data, monkeypatch, tmp_path):
+    """The registry matches names in any case; the spec, run file and records carry its canonical name."""
+    from balms.experiments.config import ExperimentConfig
+    from balms.experiments.grid import make_cell
+    from balms.models.registry import canonical_name, get_backend
+
+    monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = ExperimentConfig(profile="t", datasets=["pmdata"], n_samples=1, raw_root=str(real_data))
+    a = make_cell(cfg, "pmdata", "healthllm", "Qwen2.5-Coder-0.5B", key_only=True).spec
+    b = make_cell(cfg, "pmdata", "healthllm", "qwen2.5-coder-0.5b", key_only=True).spec
+    assert a.model == b.model == "qwen2.5-coder-0.5b" and a.key() == b.key() and a.run_name() == b.run_name()
+    assert a.request_additions == {"default_system": "You are a helpful assistant."}  # what llama.cpp adds
+    assert get_backend("QWEN2.5-CODER-0.5B", cache_mode="replay").name == "qwen2.5-coder-0.5b"  # records' model
+    assert canonical_name("served-only/Model") == "served-only/Model"  # a served name is matched exactly
