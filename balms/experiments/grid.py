@@ -74,7 +74,7 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     backend = get_backend(model, cache_mode="replay" if key_only else cfg.cache_mode, servers=cfg.servers)
     opts = agent.options()
     spec = CellSpec(dataset=dataset, system=system, model=canonical_name(model), model_id=backend.model_id,
-                    request_additions=backend.request_additions, cot=cot, lookback=lb,
+                    request_additions=getattr(backend, "request_additions", {}), cot=cot, lookback=lb,
                     options=opts, prompt_style=opts.get("style"), sample_ids=tuple(s.sample_id for s in samples),
                     data_fingerprint=cohort(dataset, cfg).fingerprint, code_fingerprint=cell_code_fingerprint(agent))
     return Cell(spec, samples, agent)
