@@ -20,7 +20,8 @@ LABEL = "Weekly means (ours)"
 
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-4000:]}"
+    assert p.returncode == 0, (f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout[-3000:]}\n"
+                               f"{p.stderr[-4000:]}")
     return p
 
 
