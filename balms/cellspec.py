@@ -81,6 +81,18 @@ def code_fingerprint(rels: tuple[str, ...], root: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
+# files that belong to a run file (same stem): its manifest, the judge's verdicts, the writer's lock
+RUN_COMPANIONS = (".manifest.json", ".judge.jsonl", ".jsonl.lock")
+
+
+def key_of_run_file(path) -> str:
+    """The cell key a run file's (or one of its companions') name ends with (`run_name`)."""
+    name = Path(path).name
+    for suffix in (*RUN_COMPANIONS, ".jsonl"):
+        name = name.removesuffix(suffix)
+    return name.rsplit("__", 1)[-1]
+
+
 def excluded(module: str) -> str | None:
     """Why `module` is not cell code (NOT_CELL_CODE), None when it is."""
     return next((why for pat, why in NOT_CELL_CODE.items() if fnmatch.fnmatchcase(module, pat)), None)
