@@ -1,8 +1,9 @@
 """What one cell of the benchmark is: a frozen, serialisable `CellSpec`.
 
-A cell is (dataset, system, model with its exact id, CoT or not, look-back, the agent's full options with
-decoding, prompt style, the evaluation sample ids) plus two fingerprints: the data tables the prompts read and
-the package code that builds prompts, runs tools and parses answers. The spec's key names the run file and is
+A cell is (dataset, system, model with its canonical name and exact id, what its backend adds to every request,
+CoT or not, look-back, the agent's full options with decoding, prompt style, the evaluation sample ids) plus two
+fingerprints: the data tables the prompts read and the code that builds prompts, runs tools and parses answers
+(the import closure of the cell's agent, the runner, the records and the backends: `cell_code_fingerprint`). The spec's key names the run file and is
 stored in its manifest and in every record, so any change to what a cell would compute (a new prompt, a fixed
 parser, a regenerated cohort) gives a new run file instead of silently reusing old records. Unchanged model
 calls still come from the response cache, so a re-run after a code change costs seconds, not model time.
@@ -79,18 +80,6 @@ def code_fingerprint(rels: tuple[str, ...], root: str | None = None) -> str:
         h.update(f.relative_to(base).as_posix().encode() + b"\0")
         h.update(f.read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-# files that belong to a run file (same stem): its manifest, the judge's verdicts, the writer's lock
-RUN_COMPANIONS = (".manifest.json", ".judge.jsonl", ".jsonl.lock")
-
-
-def key_of_run_file(path) -> str:
-    """The cell key a run file's (or one of its companions') name ends with (`run_name`)."""
-    name = Path(path).name
-    for suffix in (*RUN_COMPANIONS, ".jsonl"):
-        name = name.removesuffix(suffix)
-    return name.rsplit("__", 1)[-1]
 
 
 def excluded(module: str) -> str | None:
@@ -207,6 +196,18 @@ def _frozen_options(value: dict) -> FrozenDict:
 
 def _frozen_additions(value: dict) -> FrozenDict:
     return _freeze(value, "request_additions")
+
+
+# files that belong to a run file (same stem): its manifest, the judge's verdicts, the writer's lock
+RUN_COMPANIONS = (".manifest.json", ".judge.jsonl", ".jsonl.lock")
+
+
+def key_of_run_file(path) -> str:
+    """The cell key a run file's (or one of its companions') name ends with (`run_name`)."""
+    name = Path(path).name
+    for suffix in (*RUN_COMPANIONS, ".jsonl"):
+        name = name.removesuffix(suffix)
+    return name.rsplit("__", 1)[-1]
 
 
 def run_name(system: str, model: str, cot: bool, lookback: int, key: str) -> str:
