@@ -192,11 +192,12 @@ def _load_responses(text: str, path, *, cache_dir: Path | None = None, replace: 
     from balms.agents.raptor import SummaryCache
     from balms.models.base import Completion
     from balms.models.cache import ResponseCache
+    from balms.models.registry import additions_for_model_id
 
     cdir = cache_dir or paths.cache_dir()
     lines = text.splitlines()
     rule = _key_rule(lines, path)
-    cache = ResponseCache(cdir / "responses.sqlite")
+    cache = ResponseCache(cdir / "responses.sqlite", additions_of=additions_for_model_id)
     summaries = SummaryCache(cdir / "raptor_summaries.sqlite")
     n = {"responses": 0, "raptor_summaries": 0, "conflicts": 0, "replaced" if replace else "kept_local": 0,
          "rekeyed": 0}

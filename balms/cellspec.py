@@ -3,9 +3,10 @@
 A cell is (dataset, system, model with its canonical name and exact id, what its backend adds to every request,
 CoT or not, look-back, the agent's full options with decoding, prompt style, the evaluation sample ids) plus two
 fingerprints: the data tables the prompts read and the code that builds prompts, runs tools and parses answers
-(the import closure of the cell's agent, the runner, the records and the backends: `cell_code_fingerprint`). The spec's key names the run file and is
-stored in its manifest and in every record, so any change to what a cell would compute (a new prompt, a fixed
-parser, a regenerated cohort) gives a new run file instead of silently reusing old records. Unchanged model
+(the import closure of the cell's agent, the runner, the records and the backends: `cell_code_fingerprint`).
+The spec's key names the run file and is stored in its manifest and in every record, so any change to what a
+cell would compute (a new prompt, a fixed parser, a regenerated cohort) gives a new run file instead of
+silently reusing old records. Unchanged model
 calls still come from the response cache, so a re-run after a code change costs seconds, not model time.
 (The idea of HELM's RunSpec and inspect's Task.)
 """

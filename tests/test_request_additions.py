@@ -10,7 +10,7 @@ import pytest
 
 from balms import bundle
 from balms.data.schema import DataError
-from balms.models.base import GenParams, Message
+from balms.models.base import Completion, GenParams, Message
 from balms.models.cache import CachedBackend, ResponseCache, cache_key, request_payload, upgrade_key
 from balms.models.llamacpp import DEFAULT_SYSTEM, LlamaCppBackend
 from balms.models.registry import MODELS, additions_for_model_id, build_raw_backend, get_backend, request_additions
@@ -123,3 +123,30 @@ def test_committed_responses_and_bundles_rekey(src, tmp_path):
     assert counts["responses"] == len(want) > 0 and (counts["rekeyed"] > 0) == (rule == 1)
     assert [r for r in new if r["table"] != "responses"] == [r for r in old if r["table"] != "responses"]
     assert bundle.rekey_responses(out, tmp_path / "twice.jsonl.gz")["sha256"] == counts["sha256"]
+
+
+def test_an_older_sqlite_cache_is_rekeyed_in_place_once(tmp_path):
+    """A cache written before request additions entered the key keeps answering after the upgrade."""
+    import sqlite3
+
+    from balms.models.registry import shared_cache
+
+    gguf = MODELS[LLAMA[0]].model_id
+    path = tmp_path / "old.sqlite"
+    old = ResponseCache(path)  # a fresh file is written under the current rule ...
+    for mid, text in ((gguf, "3"), ("served/x", "4")):
+        old.put(cache_key(mid, MSGS, GenParams()), request_payload(mid, MSGS, GenParams()),
+                Completion(text=text, model_id=mid))
+    old.close()
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA user_version = 0")  # ... so mark it as written under rule 1
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match="key rule 1"):
+        ResponseCache(path)  # without the registry's additions it cannot be upgraded, and says so
+    cache = shared_cache(path)
+    assert cache.upgraded == 1  # the llama row; the served model adds nothing
+    replay = get_backend(LLAMA[0], cache_mode="replay", cache_path=path)
+    assert replay.generate(MSGS, GenParams()).text == "3"
+    assert cache.get(cache_key("served/x", MSGS, GenParams())).text == "4"
+    assert ResponseCache(path, additions_of=additions_for_model_id).upgraded == 0  # once

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from balms.models.base import BackendError, Completion, GenParams, Message
 
@@ -87,9 +87,13 @@ _COMPLETION_FIELDS = {f.name for f in fields(Completion)}
 
 
 class ResponseCache:
-    """A thread-safe SQLite response store; one connection per cache, guarded by a lock."""
+    """A thread-safe SQLite response store; one connection per cache, guarded by a lock.
 
-    def __init__(self, path: str | Path):
+    The file records the key rule of its rows (`PRAGMA user_version` = KEY_RULE). A cache written under an
+    earlier rule is upgraded in place when opened with `additions_of` (model id -> its backend's request
+    additions; balms.models.registry.shared_cache passes them), so existing caches keep answering."""
+
+    def __init__(self, path: str | Path, additions_of: Callable[[str], dict] | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -97,6 +101,37 @@ class ResponseCache:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
         self._conn.execute(_SCHEMA)
+        self.upgraded = self._upgrade(additions_of)
+
+    def _upgrade(self, additions_of) -> int:
+        """Re-key rows stored under an earlier rule (once, in one transaction); how many keys changed."""
+        if self._conn.execute("PRAGMA user_version").fetchone()[0] >= KEY_RULE:
+            return 0
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            n = 0
+            if self._conn.execute("PRAGMA user_version").fetchone()[0] < KEY_RULE:  # another process may have
+                has_rows = self._conn.execute("SELECT 1 FROM responses LIMIT 1").fetchone() is not None
+                if has_rows and additions_of is None:
+                    raise ValueError(f"{self.path}: a response cache written under key rule 1; open it with "
+                                     "balms.models.registry.shared_cache(path), which re-keys it")
+                for (mid,) in self._conn.execute("SELECT DISTINCT model_id FROM responses").fetchall():
+                    adds = additions_of(mid)
+                    if not adds:
+                        continue
+                    rows = self._conn.execute("SELECT key, request FROM responses WHERE model_id = ?",
+                                              (mid,)).fetchall()
+                    for key, req in rows:
+                        request = json.loads(req) | {"request_additions": dict(adds)}
+                        self._conn.execute("UPDATE responses SET key = ?, request = ? WHERE key = ?",
+                                           (upgrade_key(key, adds), json.dumps(request, ensure_ascii=False), key))
+                        n += 1
+                self._conn.execute(f"PRAGMA user_version = {KEY_RULE}")
+            self._conn.execute("COMMIT")
+            return n
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     def get(self, key: str) -> Completion | None:
         with self._lock:

@@ -269,7 +269,7 @@ def shared_cache(path: str | Path | None = None):
 
     p = str(Path(path) if path else default_cache_path())
     if p not in _CACHES:
-        _CACHES[p] = ResponseCache(p)
+        _CACHES[p] = ResponseCache(p, additions_of=additions_for_model_id)  # re-keys an older cache
     return _CACHES[p]
 
 
