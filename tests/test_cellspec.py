@@ -179,3 +179,7 @@ def test_one_model_one_cell_whatever_its_spelling(real_data, monkeypatch, tmp_pa
     assert a.request_additions == {"default_system": "You are a helpful assistant."}  # what llama.cpp adds
     assert get_backend("QWEN2.5-CODER-0.5B", cache_mode="replay").name == "qwen2.5-coder-0.5b"  # records' model
     assert canonical_name("served-only/Model") == "served-only/Model"  # a served name is matched exactly
+    spelled = ExperimentConfig(backbones=["Qwen2.5-Coder-0.5B", "qwen2.5-coder-0.5b"], judge_model="QWEN2.5-CODER-1.5B",
+                               system_backbones={"raptor": "SmolLM2-135M"}, horizon_backbone="Qwen2.5-Coder-1.5B")
+    assert (spelled.backbones, spelled.judge_model, spelled.system_backbones, spelled.horizon_backbone) == (
+        ["qwen2.5-coder-0.5b"], "qwen2.5-coder-1.5b", {"raptor": "smollm2-135m"}, "qwen2.5-coder-1.5b")

@@ -140,11 +140,23 @@ class ExperimentConfig(BaseModel):
     @field_validator("system_backbones")
     @classmethod
     def _known_system_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        from balms.models.registry import canonical_name
+
         known = system_names()
         bad = [s for s in v if s not in known]
         if bad:
             raise ValueError(f"unknown system(s) {bad}; known: {known}")
-        return v
+        return {s: canonical_name(m) for s, m in v.items()}
+
+    @field_validator("backbones", "horizon_backbone", "judge_model")
+    @classmethod
+    def _canonical_models(cls, v: list[str] | str | None) -> list[str] | str | None:
+        """Model names as the registry spells them (it matches any case): one model is one cell, one run file."""
+        from balms.models.registry import canonical_name
+
+        if v is None or isinstance(v, str):
+            return v if v is None else canonical_name(v)
+        return list(dict.fromkeys(canonical_name(m) for m in v))
 
     @field_validator("n_samples", "concurrency", "phia_max_iters", "retrieval_top_k", "reasoning_zs_max_tokens",
                      "reasoning_cot_max_tokens", "reasoning_phia_step_tokens")
