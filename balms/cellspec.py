@@ -144,14 +144,38 @@ def cell_roots(agent: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*mods, *CELL_ROOTS]))
 
 
+def _has_source(module: str) -> bool:
+    top = module.split(".")[0]
+    if top == "balms":
+        return True
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):  # e.g. __main__ of a notebook kernel
+        return False
+    return spec is not None and bool(spec.submodule_search_locations or spec.origin)
+
+
 def cell_code_fingerprint(agent: Any, root: str | None = None) -> str:
     """The code fingerprint of a cell run by `agent` (an agent or its class).
 
     Per cell, not global: a cell's key changes exactly when code in its own closure changes, so a fix to PHIA's
     sandbox re-runs PHIA's cells and leaves Health-LLM's on disk (their records could not have changed); the
     systems share the runner, records and backend code, so a change there re-keys every cell. Cached per process
-    (the walk parses each file once)."""
-    return closure_fingerprint(cell_roots(agent), root)
+    (the walk parses each file once). An agent class defined where no source file exists (a notebook's
+    `__main__`) adds its class source (`inspect.getsource`) to the fingerprint instead of a walk."""
+    import inspect
+
+    roots = cell_roots(agent)
+    located = tuple(r for r in roots if _has_source(r))
+    fp = closure_fingerprint(located, root)
+    if located == roots:
+        return fp
+    cls = agent if isinstance(agent, type) else type(agent)
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        source = f"{cls.__module__}.{cls.__qualname__} (source unavailable: edits to it do not change the key)"
+    return digest([fp, source])
 
 
 # ------------------------------------------------------------------------------ the spec --------------

@@ -129,3 +129,15 @@ def test_a_plugin_agent_fingerprints_its_own_package_too(tmp_path, monkeypatch):
             del sys.modules[m]
         cellspec.closure_fingerprint.cache_clear()
         cellspec.import_closure.cache_clear()
+
+
+def test_an_agent_without_a_source_file_is_fingerprinted_by_its_class_source():
+    """An agent class from a notebook kernel (`__main__`, no file to walk) gets a key, not an error: its class
+    source (here, exec'd, none: its name) beside the closure of the balms code it builds on."""
+    from balms.agents.healthllm import HealthLLMAgent
+
+    ns: dict = {"__name__": "__main__", "HealthLLMAgent": HealthLLMAgent}
+    exec("class Mine(HealthLLMAgent):\n    pass\n", ns)
+    fp = cell_code_fingerprint(ns["Mine"])
+    assert fp != cell_code_fingerprint(HealthLLMAgent) and len(fp) == 16
+    assert cell_roots(ns["Mine"])[:2] == ("__main__", "balms.agents.healthllm")
