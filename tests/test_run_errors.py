@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_experiments import Scripted, env  # noqa: F401  (env is a fixture)
 
 from balms import experiments as ex
 from balms.experiments.errors import RunErrors, grid_errors
@@ -18,7 +19,6 @@ from balms.jsonl_store import TornTailWarning
 from balms.models.base import BackendError
 from balms.records import PredictionRecord
 from balms.runner import load_records
-from test_experiments import Scripted, env  # noqa: F401  (env is a fixture)
 
 
 class Failing(Scripted):
@@ -114,3 +114,29 @@ def test_judge_backend_errors_are_retried_and_a_torn_tail_is_truncated(env, monk
     lines = jpath.read_text().splitlines()
     assert len(lines) == 4 and all(json.loads(line)["status"] == "scored" for line in lines)
     assert not jpath.read_bytes().startswith(intact)  # the backend errors were replaced, not appended after
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_make_paper_with_an_unusable_model_folder_exits_non_zero_naming_the_error(tmp_path):
+    """The fresh-clone failure of issue 24: `<cache>/models` a dangling link, so every sample fails with
+    FileExistsError. Notebook 01 of the smoke profile (on a chunked model, which lives in that folder), executed by
+    papermill through make, must fail and say why, instead of 'succeeding' with no prediction made."""
+    import os
+    import subprocess
+
+    from balms import paths
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(tmp_path / "not-there")
+    run_env = os.environ | {"BALMS_CACHE_DIR": str(cache), "BALMS_RUNS_DIR": str(tmp_path / "runs"),
+                            "BALMS_OUTPUT_DIR": str(tmp_path / "out"), "PYTHONPATH": str(paths.PROJECT_ROOT)}
+    proc = subprocess.run(["make", "--no-print-directory", "notebook", "NB=01_prediction", "PROFILE=smoke",
+                           f"EXEC_DIR={tmp_path / 'executed'}", "P=-p backbones [qwen2.5-coder-0.5b]"],
+                          cwd=paths.PROJECT_ROOT, env=run_env, capture_output=True, text=True, timeout=840)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "[01_prediction] FAILED" in out
+    assert "RunErrors" in out and "failed with an error" in out and "FileExistsError" in out, out[-3000:]
+    assert (tmp_path / "executed" / "01_prediction.ipynb.failed").exists()

@@ -84,7 +84,8 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                     continue
                 run_path = run_path_of(cfg, recs[0])
                 jpath = run_path.with_name(run_path.stem + ".judge.jsonl")
-                done = {v["sample_id"]: v for v in _stored_verdicts(jpath, cfg.retry_errors) if v.get("judge_key") == jkey}
+                done = {v["sample_id"]: v for v in _stored_verdicts(jpath, cfg.retry_errors)
+                        if v.get("judge_key") == jkey}
                 with jpath.open("a") as fh:
                     for r in recs:
                         if r.sample_id not in done:
