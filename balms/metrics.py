@@ -8,6 +8,11 @@ produce (it would sit near the mean predictor's 0.58). The alternatives are repo
 `"worst"` charges each failure the largest error possible on the scale for its gold label (a
 conservative bound), `"mean_fill"` predicts the mean-predictor value for failures.
 
+Errors are not parse failures. A record with status "error" (the agent, the harness or the backend failed; no
+answer) is no prediction at all: it is left out of every policy's MAE, of the parse-failure rate (whose denominator
+is the samples the model answered), of mode collapse and of the confusion table, and counted as `n_errors`. The
+runner retries errors on the next run, so a finished run has none.
+
 Why a cluster bootstrap: windows of one participant overlap and share a person, so they are not
 independent; resampling participants (with all their windows) gives honest intervals.
 """
@@ -22,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from balms.data.registry import dataset_names, get_dataset
-from balms.records import PredictionRecord
+from balms.records import PredictionRecord, record_status
 
 Policy = Literal["exclude", "mean_fill", "worst"]
 # Native label scales (METHOD.md); pass `scale=` for anything else.
@@ -53,7 +58,18 @@ def records_frame(records, *, keep_transcript: bool = False) -> pd.DataFrame:
     df["prediction"] = pd.to_numeric(df["prediction"], errors="coerce")
     df["label"] = pd.to_numeric(df["label"], errors="raise")
     df["parsed"] = df["prediction"].notna()
+    if "status" not in df.columns or df["status"].isna().any():  # frames made before records stated it
+        errs = df["error"] if "error" in df.columns else pd.Series([None] * len(df), index=df.index)
+        derived = [record_status(None if e is None or (isinstance(e, float) and math.isnan(e)) else e,
+                                 None if math.isnan(p) else p) for e, p in zip(errs, df["prediction"], strict=True)]
+        df["status"] = df["status"].fillna(pd.Series(derived, index=df.index)) if "status" in df.columns \
+            else derived
     return df
+
+
+def _answered(df: pd.DataFrame) -> pd.DataFrame:
+    """The records where the model answered (status ok or parse_failure): errors are no prediction at all."""
+    return df[df["status"] != "error"]
 
 
 def _scales(df: pd.DataFrame, scale: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
@@ -71,11 +87,13 @@ def _scales(df: pd.DataFrame, scale: tuple[int, int] | None) -> tuple[np.ndarray
 
 def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: float | None = None,
                scale: tuple[int, int] | None = None) -> pd.Series:
-    """Per-sample absolute error under a parse-failure policy; NaN marks samples the policy excludes."""
+    """Per-sample absolute error under a parse-failure policy; NaN marks samples the policy excludes (errors
+    always: they are not predictions)."""
     df = records_frame(records)
     y, p = df["label"].to_numpy(float), df["prediction"].to_numpy(float)
     err = np.abs(y - p)
-    failed = np.isnan(p)
+    errored = (df["status"] == "error").to_numpy()
+    failed = np.isnan(p) & ~errored
     if policy == "exclude":
         pass
     elif policy == "mean_fill":
@@ -87,6 +105,7 @@ def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: float | 
         err[failed] = np.maximum(y - lo, hi - y)[failed]
     else:
         raise ValueError(f"unknown policy {policy!r}; expected exclude, mean_fill or worst")
+    err[errored] = np.nan
     return pd.Series(err, index=df.index, name="abs_error")
 
 
@@ -145,7 +164,8 @@ def paired_difference(recs_a, recs_b, *, policy: Policy = "exclude", by: str = "
 
     `recs_b` may be another system's records, or a number: the mean predictor's constant prediction
     (then b never fails to parse). Negative = a is better. Samples present in only one side, and pairs
-    dropped because a side failed to parse (policy "exclude"), are counted in the result.
+    dropped because a side failed to parse (policy "exclude") or has no answer (an error), are counted in the
+    result.
     """
     a = records_frame(recs_a)
     if isinstance(recs_b, (int, float, np.floating)):
@@ -153,6 +173,7 @@ def paired_difference(recs_a, recs_b, *, policy: Policy = "exclude", by: str = "
         b["prediction"] = float(recs_b)
         if "dataset" in a.columns:
             b["dataset"] = a["dataset"]
+        b = records_frame(b)
     else:
         b = records_frame(recs_b)
     for name, f in (("a", a), ("b", b)):
@@ -161,12 +182,13 @@ def paired_difference(recs_a, recs_b, *, policy: Policy = "exclude", by: str = "
             raise ValueError(f"records {name} hold sample {f['sample_id'][dup].iloc[0]!r} more than once")
     a = a.assign(err=abs_errors(a, policy, mean_prediction=mean_prediction, scale=scale))
     b = b.assign(err=abs_errors(b, policy, mean_prediction=mean_prediction, scale=scale))
-    m = a[["sample_id", by, "label", "err"]].merge(b[["sample_id", "label", "err"]], on="sample_id",
-                                                   suffixes=("_a", "_b"))
+    m = a[["sample_id", by, "label", "err", "status"]].merge(b[["sample_id", "label", "err", "status"]],
+                                                             on="sample_id", suffixes=("_a", "_b"))
     bad = m[m["label_a"] != m["label_b"]]
     if len(bad):
         raise ValueError(f"sample {bad['sample_id'].iloc[0]!r} has different gold labels in the two runs")
     both = m.dropna(subset=["err_a", "err_b"])
+    n_error = int(((m["status_a"] == "error") | (m["status_b"] == "error")).sum())
     d = (both["err_a"] - both["err_b"]).to_numpy()
     lo, hi = _cluster_bootstrap(d, both[by].astype(str).to_numpy(), n_boot, seed) if len(d) else (math.nan, math.nan)
     return {"diff": float(d.mean()) if len(d) else math.nan, "ci_low": lo, "ci_high": hi,
@@ -174,12 +196,20 @@ def paired_difference(recs_a, recs_b, *, policy: Policy = "exclude", by: str = "
             "mae_b": float(both["err_b"].mean()) if len(d) else math.nan,
             "n_pairs": int(len(d)), "n_clusters": int(both[by].nunique()),
             "n_only_a": int(len(a) - len(m)), "n_only_b": int(len(b) - len(m)),
-            "n_dropped_parse_failure": int(len(m) - len(both))}
+            "n_dropped_parse_failure": int(len(m) - len(both)) - n_error, "n_dropped_error": n_error}
 
 
 def parse_failure_rate(records) -> float:
-    df = records_frame(records)
+    """Share of the answered samples (errors left out) whose answer gave no label."""
+    df = _answered(records_frame(records))
     return float((~df["parsed"]).mean()) if len(df) else math.nan
+
+
+def status_counts(records) -> dict[str, int]:
+    """n_ok, n_parse_failures, n_errors."""
+    st = records_frame(records)["status"]
+    return {"n_ok": int((st == "ok").sum()), "n_parse_failures": int((st == "parse_failure").sum()),
+            "n_errors": int((st == "error").sum())}
 
 
 def _pred_labels(df: pd.DataFrame) -> pd.Series:
@@ -188,8 +218,9 @@ def _pred_labels(df: pd.DataFrame) -> pd.Series:
 
 def mode_collapse(records) -> dict:
     """The modal predicted label (a parse failure counts as the label "unparseable"), its count and its
-    rate over all windows, as in the paper's Table 7. Ties go to the label that sorts first as text."""
-    df = records_frame(records)
+    rate over all windows (errors left out: no window was answered), as in the paper's Table 7. Ties go to the
+    label that sorts first as text."""
+    df = _answered(records_frame(records))
     if not len(df):
         return {"modal_label": None, "mode_count": 0, "n_windows": 0, "mode_rate": math.nan}
     counts = _pred_labels(df).value_counts()
@@ -199,8 +230,9 @@ def mode_collapse(records) -> dict:
 
 
 def confusion(records, *, scale: tuple[int, int] | None = None) -> pd.DataFrame:
-    """Gold label (rows) x predicted label (columns, with "unparseable"), every label of the scale shown."""
-    df = records_frame(records)
+    """Gold label (rows) x predicted label (columns, with "unparseable"), every label of the scale shown; errors
+    (no answer) left out."""
+    df = _answered(records_frame(records))
     pred = _pred_labels(df)
     labels = set(df["label"].astype(int))
     if scale is None and "dataset" in df.columns and df["dataset"].nunique() == 1 \
@@ -216,12 +248,14 @@ def confusion(records, *, scale: tuple[int, int] | None = None) -> pd.DataFrame:
 
 def summarize_run(records, mean_prediction: float | None = None, *, n_boot: int = 2000, seed: int = 0,
                   scale: tuple[int, int] | None = None) -> dict:
-    """One table row for a run: n, MAE (exclude) with CI, worst-case MAE, parse failures, mode collapse,
-    and, given the mean predictor's value, its MAE on the same samples and the paired difference."""
+    """One table row for a run: n, MAE (exclude) with CI, worst-case MAE, parse failures and errors (apart),
+    mode collapse, and, given the mean predictor's value, its MAE on the same samples and the paired difference."""
     df = records_frame(records)
     ci = mae_ci(df, n_boot=n_boot, seed=seed)
     mc = mode_collapse(df)
-    row = {"n": len(df), "n_parsed": int(df["parsed"].sum()), "n_users": int(df["user"].nunique()),
+    counts = status_counts(df)
+    row = {"n": len(df), "n_parsed": counts["n_ok"], "n_parse_failures": counts["n_parse_failures"],
+           "n_errors": counts["n_errors"], "n_users": int(df["user"].nunique()),
            "parse_failure_rate": parse_failure_rate(df) if len(df) else math.nan,
            "mae": ci["mae"], "mae_ci_low": ci["ci_low"], "mae_ci_high": ci["ci_high"],
            "modal_label": mc["modal_label"], "mode_rate": mc["mode_rate"]}

@@ -6,9 +6,22 @@ never agent internals.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field, model_validator
+
+# What became of a sample: "ok" (a parsed prediction), "parse_failure" (the model answered, no label could be read
+# from it), "error" (no answer: the agent, the harness or the backend failed; `error` says how). An error is not a
+# result: the runner retries it on the next run, and metrics never count it as a parse failure.
+Status = Literal["ok", "parse_failure", "error"]
+STATUSES: tuple[Status, ...] = ("ok", "parse_failure", "error")
+
+
+def record_status(error: str | None, prediction: int | None) -> Status:
+    """The status the `error` and `prediction` fields imply (records written before the field existed get it so)."""
+    if error is not None:
+        return "error"
+    return "parse_failure" if prediction is None else "ok"
 
 
 class Step(BaseModel):
@@ -51,6 +64,22 @@ class PredictionRecord(BaseModel):
     cost_usd: float = 0.0
     error: str | None = None  # agent/harness error (not a parse failure)
     cell: dict[str, Any] | None = None  # the cell's spec (balms.cellspec.CellSpec.compact()): what made this record
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _stated_status_agrees(cls, data: Any, handler):
+        """A stored `status` is checked against the fields it summarises (an older record has none: derived)."""
+        stated = data.get("status") if isinstance(data, dict) else None
+        rec = handler(data)
+        if stated is not None and stated != rec.status:
+            raise ValueError(f"status {stated!r} disagrees with the record's fields, which say {rec.status!r} "
+                             f"(error {rec.error!r}, prediction {rec.prediction!r})")
+        return rec
+
+    @computed_field  # written into every JSONL line; derived, so it can never disagree with error/prediction
+    @property
+    def status(self) -> Status:
+        return record_status(self.error, self.prediction)
 
     @property
     def parsed(self) -> bool:

@@ -5,7 +5,8 @@ together share one fsync) (model calls are already
 committed to the response cache as they arrive). On restart the file is read back, a torn last line (a kill
 mid-write) is truncated, finished samples are skipped and cached model calls are served from the cache: zero
 lost, zero duplicated, nothing recomputed. A sample that fails with a non-transient error (or a transient one
-that outlived its retries) gets a record with `error` set; `retry_failed=True` reruns those.
+that outlived its retries) gets a record with status "error" and `error` set: not a result, so the next run
+retries it (`retry_errors=False` keeps it), and once it succeeds it counts like any other sample.
 
 Every model call goes through `RetryingBackend` (per-call timeout; exponential backoff with jitter, honouring
 retry-after, for transient errors), so a multi-step agent never redoes finished steps. When the backend has its
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from balms.data.schema import DataError
+from balms.jsonl_store import recover_jsonl, rewrite_jsonl, scan_jsonl
 from balms.models.base import BackendError
 from balms.models.pricing import estimate_cost
 from balms.models.retrying import RetryingBackend, retry_layer
@@ -66,29 +68,13 @@ class RunResult:
 
 
 # ------------------------------------------------------------------------------------------ records file --
+def _parse(line: bytes) -> PredictionRecord:
+    return PredictionRecord.model_validate_json(line)
+
+
 def _scan(path: Path) -> tuple[list[PredictionRecord], int, bool]:
     """Parse the JSONL; return (records, byte length of the intact prefix, torn_tail)."""
-    data = path.read_bytes()
-    records: list[PredictionRecord] = []
-    good_end = 0
-    pos = 0
-    line_no = 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        line_no += 1
-        if nl == -1:  # no newline: the process died mid-write
-            return records, good_end, True
-        line = data[pos:nl]
-        if line.strip():
-            try:
-                records.append(PredictionRecord.model_validate_json(line))
-            except ValueError as exc:
-                if data.find(b"\n", nl + 1) == -1 and not data[nl + 1:].strip():
-                    return records, good_end, True  # a garbled final line: treat as torn
-                raise DataError(path, f"not a valid PredictionRecord: {str(exc)[:300]}", row=line_no) from exc
-        pos = nl + 1
-        good_end = pos
-    return records, good_end, False
+    return scan_jsonl(path, _parse, "PredictionRecord")
 
 
 def _check_unique(path: Path, records: Iterable[PredictionRecord]) -> None:
@@ -110,27 +96,14 @@ def load_records(path: str | Path) -> list[PredictionRecord]:
 
 
 def _recover(path: Path) -> list[PredictionRecord]:
-    """Read existing records for a resume, truncating a torn tail in place."""
-    if not path.exists():
-        return []
-    records, good_end, torn = _scan(path)
-    if torn:
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-            fh.flush()
-            os.fsync(fh.fileno())
+    """Read existing records for a resume, truncating (and reporting) a torn tail in place."""
+    records = recover_jsonl(path, _parse, "PredictionRecord")
     _check_unique(path, records)
     return records
 
 
 def _rewrite(path: Path, records: Sequence[PredictionRecord]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(r.model_dump_json() + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    rewrite_jsonl(path, [r.model_dump_json() for r in records])
 
 
 class _Appender:
@@ -205,8 +178,8 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 def _usage(records: Sequence[PredictionRecord]) -> dict:
     return {
         "n_records": len(records),
-        "n_errors": sum(r.error is not None for r in records),
-        "n_parse_failures": sum(r.error is None and r.prediction is None for r in records),
+        "n_errors": sum(r.status == "error" for r in records),
+        "n_parse_failures": sum(r.status == "parse_failure" for r in records),
         "prompt_tokens": sum(r.prompt_tokens for r in records),
         "completion_tokens": sum(r.completion_tokens for r in records),
         "reasoning_tokens": sum(r.reasoning_tokens for r in records),
@@ -300,15 +273,16 @@ def _stats(backend) -> dict:
 
 def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
                 timeout_s: float | None = 600.0, retries: int = 4, progress: bool = True,
-                manifest_extra: dict | None = None, retry_failed: bool = False, spec=None) -> RunResult:
-    """Run `agent.predict(sample, tables, backend)` for every sample not yet in `out_path`; see module doc.
+                manifest_extra: dict | None = None, retry_errors: bool = True, spec=None) -> RunResult:
+    """Run `agent.predict(sample, tables, backend)` for every sample without a result in `out_path`; see module doc.
 
+    `retry_errors`: records with status "error" are not results and are run again (False: kept as they are).
     `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written."""
     out_path = Path(out_path)
     with cell_lock(out_path, progress=progress):
         return _run_locked(agent, backend, samples, tables, out_path, concurrency=concurrency, timeout_s=timeout_s,
                            retries=retries, progress=progress, manifest_extra=manifest_extra,
-                           retry_failed=retry_failed, spec=spec)
+                           retry_errors=retry_errors, spec=spec)
 
 
 def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
@@ -324,7 +298,7 @@ def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
 
 
 def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency, timeout_s, retries, progress,
-                manifest_extra, retry_failed, spec) -> RunResult:
+                manifest_extra, retry_errors, spec) -> RunResult:
     from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
 
     mpath = manifest_path_for(out_path)
@@ -337,8 +311,11 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
 
     existing = _recover(out_path)
     _check_spec(out_path, existing, spec)
-    if retry_failed and any(r.error and r.key() in wanted for r in existing):
-        existing = [r for r in existing if not (r.error and r.key() in wanted)]
+    n_retried = 0
+    if retry_errors and any(r.status == "error" and r.key() in wanted for r in existing):
+        kept = [r for r in existing if not (r.status == "error" and r.key() in wanted)]
+        n_retried = len(existing) - len(kept)
+        existing = kept
         _rewrite(out_path, existing)
     done = {r.key() for r in existing}
     todo = [s for s in samples if s.sample_id not in done]
@@ -355,7 +332,8 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
     inner = retry_layer(backend)  # if the backend retries itself, don't multiply the attempts
     inner0 = (inner.attempts, inner.retried) if inner else (0, 0)
     wrapped = RetryingBackend(backend, retries=0 if inner else retries, timeout_s=timeout_s)
-    session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_new": 0, "n_errors_new": 0}
+    session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_errors_retried": n_retried,
+                               "n_new": 0, "n_errors_new": 0}
     manifest: dict[str, Any] = {
         "run_file": str(out_path),
         "status": "running",
@@ -401,7 +379,7 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
                         r.cell = cell
                     appender.write(recs)
                     session["n_new"] += len(recs)
-                    n_err = sum(r.error is not None for r in recs)
+                    n_err = sum(r.status == "error" for r in recs)
                     if n_err:
                         session["n_errors_new"] += n_err
                         bar.set_postfix(errors=session["n_errors_new"], refresh=False)

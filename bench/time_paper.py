@@ -1,7 +1,8 @@
 """How long `make paper` takes, cold and warm, each measured in one uninterrupted run (bench/paper_timing.json).
 
-cold: an empty cache (responses, RAPTOR summaries, embeddings, loaded tables; only the assembled GGUF models are
-      linked in, as `make install` leaves them), a fresh runs folder, no executed notebook: every model call made.
+cold: an empty cache (responses, RAPTOR summaries, embeddings, loaded tables; only the profile's embedded GGUF models
+      are linked in, assembled first in the project's cache where a fresh clone has not yet done so), a fresh runs
+      folder, no executed notebook: every model call made.
 warm: the cache and the runs kept, the executed notebooks removed: every notebook re-executes and every cell is
       read back from its run file (what a second `make paper`, e.g. after a code edit, costs).
 
@@ -11,6 +12,7 @@ touched); `--in-place` times the project's own `make paper` (BALMS_CACHE_DIR / r
 "[nb] done in N s" lines make prints and the total that `time` printed). Per-notebook seconds are make's own lines;
 the 1-minute load average at the start and end says whether the machine was idle. The demo profile's values and
 the commit are recorded, so a test can tell a timing that no longer matches the demo (tests/test_demo_results.py).
+A run with errors is no timing: a log whose grids report error records (balms.experiments.errors) is refused.
 
     python bench/time_paper.py --mode cold|warm [--profile demo] [--in-place] [--out bench/paper_timing.json]
     python bench/time_paper.py --mode cold --from-log LOG --load-start 0.5 --load-end 1.9
@@ -58,18 +60,50 @@ def _run_make(profile: str, env: dict, exec_dir: str | None, log: Path) -> tuple
         for line in proc.stdout:
             fh.write(line)
             out.append(line)
-            if DONE.match(line.strip()) or "FAILED" in line:
+            if DONE.match(line.strip()) or "FAILED" in line or "RunErrors" in line:
                 print(line, end="", flush=True)
         rc = proc.wait()
     total = time.monotonic() - t0
     if rc:
         raise SystemExit(f"make paper failed (exit {rc}); see {log}")
-    return "".join(out), total
+    text = "".join(out)
+    refuse_errors(text, str(log))
+    return text, total
+
+
+def refuse_errors(log_text: str, where: str) -> None:
+    """A timed run in which samples failed measured the failures, not the benchmark: no timing is recorded."""
+    from balms.experiments.errors import grid_errors
+
+    n = grid_errors(log_text)
+    if n:
+        raise SystemExit(f"{where}: the run had {n} error record(s) (see its 'grid of ... error records' lines): "
+                         "refusing to record its timing; fix the errors and time it again")
+
+
+def prepare_cold_cache(cache: Path, profile: str) -> list[str]:
+    """An empty cache for the cold run with the profile's embedded GGUF models linked in. A fresh clone has not
+    assembled them yet (`<cache>/models` appears on a model's first use), so each is assembled in the project's
+    cache first; the folder is linked only when it exists (a single-file model is read from its wheel instead)."""
+    from balms import paths
+    from balms.experiments.cells import declared_cells
+    from balms.experiments.config import load
+    from balms.models import gguf_assets
+    from balms.models.registry import MODELS
+
+    cfg = load(profile)
+    names = {c.model for c in declared_cells(cfg)} | {cfg.judge_model}
+    assets = sorted({MODELS[n].asset for n in names if n in MODELS and MODELS[n].asset})
+    for key in assets:
+        gguf_assets.gguf_path(key)
+    cache.mkdir(parents=True)
+    models = paths.cache_dir() / "models"
+    if models.is_dir():
+        (cache / "models").symlink_to(models.resolve())
+    return assets
 
 
 def measure(profile: str, mode: str, in_place: bool) -> dict:
-    from balms import paths
-
     env = dict(os.environ)
     exec_dir = None
     if in_place:
@@ -82,8 +116,7 @@ def measure(profile: str, mode: str, in_place: bool) -> dict:
         cache, runs, out, executed = base / "cache", base / "runs", base / "out", base / "executed"
         if mode == "cold":
             shutil.rmtree(base, ignore_errors=True)
-            cache.mkdir(parents=True)
-            (cache / "models").symlink_to((paths.cache_dir() / "models").resolve())  # assembled at install
+            prepare_cold_cache(cache, profile)
         elif not runs.is_dir():
             raise SystemExit(f"no cold run in {base}: run --mode cold first")
         env.update(BALMS_CACHE_DIR=str(cache), BALMS_RUNS_DIR=str(runs), BALMS_OUTPUT_DIR=str(out))
@@ -114,6 +147,7 @@ def main(argv=None) -> int:
         per_nb, total = parse_log(Path(a.from_log).read_text(errors="replace"))
         if total is None or not per_nb:
             raise SystemExit(f"{a.from_log}: no `time` total or no '[nb] done in N s' line: not a timed make paper log")
+        refuse_errors(Path(a.from_log).read_text(errors="replace"), a.from_log)
         row = {"total_s": round(total, 1), "notebooks_s": per_nb, "load_1m_start": a.load_start,
                "load_1m_end": a.load_end, "how": "in place, recorded from its log"}
     else:

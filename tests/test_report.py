@@ -324,11 +324,14 @@ def test_run_page_summary_matches_metrics_and_rows_carry_their_failures(outdir):
     assert round(ci["mae"], 2) == 0.67  # |4-2| over the three parsed predictions
     mae_text = " ".join(page.by_id["mae"].split())
     assert mae_text.startswith(f"{ci['mae']:.2f} (95% CI {ci['ci_low']:.2f} – {ci['ci_high']:.2f}"), mae_text
-    assert " ".join(page.by_id["parse-failures"].split()).startswith("40% (2 of 5, of which 1 harness error(s))")
-    assert " ".join(page.by_id["modal"].split()) == "unparseable (40% of predictions)"
+    # the harness error is counted apart: 1 parse failure of the 4 answered samples
+    assert " ".join(page.by_id["parse-failures"].split()).startswith("25% (1 of the 4 answered)")
+    assert " ".join(page.by_id["errors"].split()).startswith("1 of 5")
+    # of the 4 answered samples each answer appears once; ties go to the label that sorts first as text
+    assert " ".join(page.by_id["modal"].split()) == f"{metrics.mode_collapse(recs)['modal_label']} (25% of predictions)"
     assert page.by_id["n"].strip() == "5"
     index = (outdir / "report" / "index.html").read_text()
-    assert "0.67 (" in index and "40%" in index
+    assert "0.67 (" in index and "25%" in index
 
 
 def test_sample_pages_link_to_the_same_sample_under_every_other_system_and_backbone(outdir):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from balms.data.schema import DataError
+from balms.jsonl_store import TornTailWarning
 from balms.models.base import BackendError
 from balms.models.cache import CachedBackend, ResponseCache
 from balms.runner import load_records, manifest_path_for, run_samples
@@ -76,11 +77,39 @@ def test_transient_errors_retried_permanent_recorded(tmp_path):
     assert backend.calls == 4
     m = json.loads((tmp_path / "r.manifest.json").read_text())
     assert m["sessions"][0]["retries"] == 2 and m["usage"]["n_errors"] == 2
-    # retry_failed reruns only the failed ones and leaves the good record untouched
-    res2 = run_samples(TinyAgent(), FakeBackend(), samples, None, tmp_path / "r.jsonl", progress=False,
-                       retry_failed=True)
-    assert res2.n_new == 2 and res2.n_errors == 0
+    assert [recs[s.sample_id].status for s in samples] == ["ok", "error", "error"]
+    # retry_errors=False keeps the error records as they are: nothing is run
+    kept = run_samples(TinyAgent(), FakeBackend(), samples, None, tmp_path / "r.jsonl", progress=False,
+                       retry_errors=False)
+    assert kept.n_new == 0 and kept.n_errors == 2
+    # by default the next run retries only the failed ones and leaves the good record untouched
+    res2 = run_samples(TinyAgent(), FakeBackend(), samples, None, tmp_path / "r.jsonl", progress=False)
+    assert res2.n_new == 2 and res2.n_errors == 0 and res2.session["n_errors_retried"] == 2
     assert sorted(_ids(load_records(tmp_path / "r.jsonl"))) == sorted(recs)
+
+
+def test_errors_are_retried_by_default_and_then_count_in_the_mae(tmp_path):
+    """Issue 24: 2 of 4 samples fail, the agent is fixed, the re-run writes 2 new records; the errors were never
+    parse failures, and once they succeed they are scored."""
+    from balms import metrics
+
+    samples = make_samples(4)
+    out = tmp_path / "r.jsonl"
+    broken = TinyAgent(fail_on=frozenset(s.sample_id for s in samples[:2]))
+    first = run_samples(broken, FakeBackend(), samples, None, out, progress=False)
+    recs = load_records(out)
+    assert first.n_errors == 2 and sorted(r.status for r in recs) == ["error", "error", "ok", "ok"]
+    assert metrics.parse_failure_rate(recs) == 0.0  # an error is not a parse failure
+    row = metrics.summarize_run(recs)
+    assert row["n_errors"] == 2 and row["n_parse_failures"] == 0 and row["n_parsed"] == 2
+    assert json.loads(out.read_text().splitlines()[0])["status"] in ("ok", "error")  # stated in the file
+    second = run_samples(TinyAgent(), FakeBackend(), samples, None, out, progress=False)
+    recs = load_records(out)
+    assert second.n_new == 2 and second.n_errors == 0 and len(recs) == 4
+    assert {r.status for r in recs} == {"ok"} and metrics.parse_failure_rate(recs) == 0.0
+    row = metrics.summarize_run(recs)
+    assert row["n_parsed"] == 4 and row["n_errors"] == 0
+    assert row["mae"] == pytest.approx(sum(abs(r.label - r.prediction) for r in recs) / 4)
 
 
 def test_transient_exhausted_becomes_error_record(tmp_path):
@@ -104,9 +133,12 @@ def test_resume_skips_done_and_truncates_torn_line(tmp_path):
     run_samples(TinyAgent(), FakeBackend(), samples[:3], None, out, progress=False)
     with open(out, "ab") as fh:
         fh.write(b'{"sample_id": "synthetic-test/u3/2020-01-15/L7", "datas')  # killed mid-write
+    torn = out.stat().st_size
     assert len(load_records(out)) == 3  # the reader ignores the torn tail
+    torn -= len(out.read_bytes().rsplit(b"\n", 1)[0]) + 1
     backend = FakeBackend()
-    res = run_samples(TinyAgent(), backend, samples, None, out, progress=False)
+    with pytest.warns(TornTailWarning, match=rf"r\.jsonl: torn last line \({torn} bytes"):
+        res = run_samples(TinyAgent(), backend, samples, None, out, progress=False)
     assert res.n_done_before == 3 and res.n_new == 3 and backend.calls == 3
     assert sorted(_ids(load_records(out))) == sorted(s.sample_id for s in samples)
     assert out.read_bytes().endswith(b"\n") and b'"datas\n' not in out.read_bytes()

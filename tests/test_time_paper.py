@@ -46,3 +46,35 @@ def test_from_log_records_a_row_and_refuses_a_log_without_timings(tmp_path):
 def test_in_place_cold_is_refused_so_your_own_cache_is_never_emptied():
     with pytest.raises(SystemExit, match="would empty your own cache"):
         time_paper.measure("demo", "cold", in_place=True)
+
+
+def test_a_run_with_errors_is_not_timed(tmp_path):
+    from balms.experiments.errors import grid_line
+
+    log, out = tmp_path / "make.log", tmp_path / "timing.json"
+    log.write_text(LOG.replace("[01_prediction] done", "[01_prediction] " + grid_line(4, 20, 3, 17, 0, "rw")
+                               + "\n[01_prediction] done"))
+    with pytest.raises(SystemExit, match=r"3 error record\(s\).*refusing to record its timing"):
+        time_paper.main(["--mode", "cold", "--from-log", str(log), "--out", str(out)])
+    assert not out.exists()
+    log.write_text(LOG.replace("[01_prediction] done", "[01_prediction] " + grid_line(4, 20, 0, 20, 0, "rw")
+                               + "\n[01_prediction] done"))
+    time_paper.main(["--mode", "cold", "--from-log", str(log), "--out", str(out)])  # no error: recorded
+    assert json.loads(out.read_text())["demo"]["cold"]["total_s"] == 432.5
+
+
+def test_cold_cache_on_a_fresh_clone_never_links_a_missing_models_folder(tmp_path, monkeypatch):
+    """A fresh clone has no `<cache>/models` until a model is first assembled: the cold run's link must not dangle
+    (it did: every sample then failed with FileExistsError)."""
+    monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / "fresh"))
+    cold = tmp_path / "cold"
+    assert time_paper.prepare_cold_cache(cold, "smoke") == ["smollm2-135m"]  # one file, read from its wheel
+    assert not (cold / "models").is_symlink() and cold.is_dir()
+    # a profile with chunked models: assembled first (stand-in: an empty file each), then the folder is linked
+    from balms.models import gguf_assets
+
+    monkeypatch.setattr(gguf_assets, "gguf_path", lambda key: (gguf_assets.models_dir() / key).touch())
+    cold2 = tmp_path / "cold2"
+    assets = time_paper.prepare_cold_cache(cold2, "demo")
+    assert {"qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"} <= set(assets)
+    assert (cold2 / "models").is_symlink() and sorted(p.name for p in (cold2 / "models").iterdir()) == sorted(assets)

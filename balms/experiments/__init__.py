@@ -4,6 +4,7 @@
 - `cohorts`: tables, samples, the seeded split and evaluation samples, the mean predictor;
 - `cells`: which cells each notebook runs (`cells_for`), declared once for the notebooks, the plan and the report;
 - `grid`: cells as `CellSpec`s, run cached and resumable through `balms.runner`;
+- `errors`: a run that errors says so (a cell that all errored, a grid with errors: `RunErrors`);
 - `summaries`: per-cell MAE with participant-bootstrap intervals and the paper-vs-ours table layouts;
 - `judging`: the LLM judge and the grounding checker over a grid's rationales.
 
@@ -15,6 +16,7 @@ import warnings
 from balms.experiments.cells import CellDecl, cells_for, channel_sets, declared_cells
 from balms.experiments.cohorts import Cohort, cohort, mean_predictor_rows, with_lookback
 from balms.experiments.config import ConfigError, ExperimentConfig, from_notebook, load
+from balms.experiments.errors import RunErrors
 from balms.experiments.grid import (
                                     Cell,
                                     GridResult,
@@ -47,7 +49,7 @@ from balms.experiments.summaries import (
 )
 
 __all__ = ["Cell", "CellDecl", "cells_for", "channel_sets", "declared_cells", "run_cells", "run_declared",
-           "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
+           "Cohort", "ConfigError", "RunErrors", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
            "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES", "agent_options", "aggregate_judgements", "cohort",
            "from_notebook", "grid_result", "ground_grid", "horizon_grid", "judge_case_study", "judge_grid",
            "judge_vs_grounding", "load", "make_cell",

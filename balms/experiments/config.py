@@ -108,6 +108,12 @@ class ExperimentConfig(BaseModel):
     anthropic_batch: bool = False  # Claude's single-call cells through the Message Batches API (half price)
     cache_mode: Literal["rw", "replay", "off"] = "rw"
     concurrency: int = 1
+    # a record whose sample failed with an error (agent, harness or backend; status "error"), and a judge verdict
+    # that is a backend error, is not a result: the next run retries it. False keeps them as they are.
+    retry_errors: bool = True
+    # a grid with any error record stops its notebook once every cell has run (so `make paper` exits non-zero, and
+    # the next run retries them); True lets the notebooks go on and show the errors beside the results
+    allow_errors: bool = False
     raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",

@@ -20,6 +20,7 @@ from balms.cellspec import CellSpec, cell_code_fingerprint, run_name
 from balms.data.schema import Sample
 from balms.experiments.cohorts import cohort, with_lookback
 from balms.experiments.config import ExperimentConfig
+from balms.experiments.errors import check_cell, check_grid, grid_line
 from balms.records import PredictionRecord
 
 
@@ -138,9 +139,12 @@ def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -
     path = spec.run_path(cfg.runs_root())
     co = cohort(spec.dataset, cfg)
     run_samples(cell.agent, backend, cell.samples, co.tables, path, concurrency=cfg.concurrency,
-                progress=progress, spec=spec, manifest_extra={"profile": cfg.profile, "source": co.source})
+                progress=progress, spec=spec, manifest_extra={"profile": cfg.profile, "source": co.source},
+                retry_errors=cfg.retry_errors)
     by_id = {r.sample_id: r for r in load_records(path)}
-    return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+    recs = [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+    check_cell(cfg.allow_errors, describe_cell(spec), recs)  # every sample an error: stop, saying the first
+    return recs
 
 
 def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, cot: bool = False,
@@ -207,9 +211,11 @@ def run_cells(cfg: ExperimentConfig, decls, *, keep_transcript: bool = False, pr
             for r in recs)
     if progress:
         calls = {k: v - calls0[k] for k, v in process_calls().items()}
-        print(f"{f'[{where}] ' if where else ''}grid of {len(decls)} cells, {len(rows)} records: "
-              f"{calls['made']} model calls made, {calls['from_cache']} answered from the response cache "
-              f"(cache mode {cfg.cache_mode}; records already on disk need neither)", file=sys.stderr, flush=True)
+        n_err = sum(r["status"] == "error" for r in rows)
+        print(f"{f'[{where}] ' if where else ''}"
+              + grid_line(len(decls), len(rows), n_err, calls["made"], calls["from_cache"], cfg.cache_mode),
+              file=sys.stderr, flush=True)
+    check_grid(cfg.allow_errors, rows)  # any error record: stop once the whole grid ran (allow_errors: go on)
     return pd.DataFrame(rows)
 
 

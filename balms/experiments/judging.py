@@ -11,6 +11,7 @@ from balms.cellspec import JUDGE_CODE_PATHS, code_fingerprint, digest
 from balms.experiments.cohorts import cohort
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import run_cell, run_path_of
+from balms.jsonl_store import recover_jsonl, rewrite_jsonl
 from balms.records import PredictionRecord
 
 
@@ -47,10 +48,21 @@ def _judge_options(cfg: ExperimentConfig) -> dict:
                 grounding_hint=cfg.judge_grounding_hint)
 
 
+def _stored_verdicts(jpath, retry_errors: bool) -> list[dict]:
+    """The verdicts of a judge file about to be appended to: a torn last line (a crash mid-write) is truncated and
+    reported; a backend error is no verdict, so with `retry_errors` it is dropped from the file and judged again."""
+    verdicts = recover_jsonl(jpath, json.loads, "judge verdict")
+    kept = [v for v in verdicts if not (retry_errors and v.get("unscored_code") == "backend_error")]
+    if len(kept) < len(verdicts):
+        rewrite_jsonl(jpath, [json.dumps(v, default=str) for v in kept])
+    return kept
+
+
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,
                models=None) -> pd.DataFrame:
     """Judge the CoT rationale of every prediction of the grid; verdicts are written beside each run as
-    `<run>.judge.jsonl` (resumable, one line per sample) and returned one row per rationale."""
+    `<run>.judge.jsonl` (resumable, one line per sample) and returned one row per rationale. Verdicts that are
+    backend errors are judged again on the next run (`retry_errors`)."""
     from balms.data.render import render_window
     from balms.judges.llm_judge import JudgeResult, judge_rationale
 
@@ -72,15 +84,8 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                     continue
                 run_path = run_path_of(cfg, recs[0])
                 jpath = run_path.with_name(run_path.stem + ".judge.jsonl")
-                done = {}
-                if jpath.exists():
-                    for line in jpath.read_text().splitlines():
-                        try:
-                            v = json.loads(line)
-                        except json.JSONDecodeError:
-                            continue  # torn line from a crash: judged again below
-                        if v.get("judge_key") == jkey:
-                            done[v["sample_id"]] = v
+                done = {v["sample_id"]: v for v in _stored_verdicts(jpath, cfg.retry_errors)
+                        if v.get("judge_key") == jkey}
                 with jpath.open("a") as fh:
                     for r in recs:
                         if r.sample_id not in done:

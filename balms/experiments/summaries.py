@@ -19,6 +19,7 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
     """One row per cell: n, MAE with a participant-bootstrap 95% CI, parse failures, mode collapse, cost.
 
     Parse failures are excluded from MAE (the paper's convention as we read it) and always reported beside it;
+    errors (no answer: `n_errors`) are counted apart, never as parse failures;
     `mae_worst` charges each failure the worst possible error on the scale, `mae_mean_fill` the mean
     predictor's. With `cfg`, each cell is also compared with the mean predictor on the same samples
     (paired difference with a participant-bootstrap CI).
@@ -80,7 +81,8 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
     """Table 3 layout: one row per (dataset, system); a column group per backbone.
 
     Each of the paper's backbones gets `paper <b>`, then, where we ran that backbone (paper profile),
-    `ours <b>`, its CI, parse-failure rate and `diff <b>` (ours minus the paper's same cell) right beside it, then
+    `ours <b>`, its CI, parse-failure rate, error count (samples with no answer, apart from parse failures) and
+    `diff <b>` (ours minus the paper's same cell) right beside it, then
     ours minus the mean predictor on the same target days with its participant-bootstrap interval, and n parsed.
     Our models that are not paper backbones (the embedded CPU models) follow, then the mean predictors.
     """
@@ -106,6 +108,7 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
                 row[f"ours {b}"] = r.mae if r is not None else np.nan
                 row[f"ours {b} CI"] = f"[{r.mae_ci_low:.2f}, {r.mae_ci_high:.2f}]" if r is not None else ""
                 row[f"ours {b} parse fail"] = r.parse_failure_rate if r is not None else np.nan
+                row[f"ours {b} errors"] = int(r.n_errors) if r is not None else 0
                 if b in paper_backbones:
                     row[f"diff {b}"] = row[f"ours {b}"] - row[f"paper {b}"]
                 # ours against the mean predictor on the same target days, participant-bootstrap interval
