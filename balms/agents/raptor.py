@@ -30,10 +30,8 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -49,6 +47,7 @@ from balms.data.channels import agent_view, select_subday_channels
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
+from balms.stores import one_per_key, open_db
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
@@ -132,18 +131,14 @@ class SummaryCache:
     USAGE = ("prompt_tokens", "completion_tokens", "latency_s")
 
     def __init__(self, db_path: Path):
-        db_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._con = sqlite3.connect(str(db_path), timeout=30, check_same_thread=False)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute(
+        # created with every column; caches written before usage was kept get the columns added (their rows read
+        # back as unknown usage); atomic under concurrent first use (balms.stores)
+        self._con = open_db(db_path, [
             "CREATE TABLE IF NOT EXISTS summaries (dataset TEXT, user TEXT, day TEXT, model_id TEXT, "
-            "leaves_sha TEXT, summary TEXT, PRIMARY KEY (dataset, user, day, model_id, leaves_sha))")
-        have = {row[1] for row in self._con.execute("PRAGMA table_info(summaries)")}
-        for col, kind in zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True):
-            if col not in have:  # caches written before usage was kept: those rows read back as unknown usage
-                self._con.execute(f"ALTER TABLE summaries ADD COLUMN {col} {kind}")
-        self._con.commit()
+            "leaves_sha TEXT, summary TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, "
+            "PRIMARY KEY (dataset, user, day, model_id, leaves_sha))"],
+            add_columns={"summaries": dict(zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True))})
 
     def get(self, key: tuple) -> tuple[str, dict | None] | None:
         """(summary, usage or None when unknown), or None on a miss."""
@@ -164,7 +159,7 @@ class SummaryCache:
             self._con.commit()
 
 
-@lru_cache(maxsize=4)
+@one_per_key
 def _summary_cache(path: str) -> SummaryCache:
     return SummaryCache(Path(path))
 
