@@ -105,6 +105,13 @@ class ExperimentConfig(BaseModel):
     anthropic_batch: bool = False  # Claude's single-call cells through the Message Batches API (half price)
     cache_mode: Literal["rw", "replay", "off"] = "rw"
     concurrency: int = 1
+    # the scheduler (balms.experiments.scheduler): requests in flight per OpenAI-compatible server (a URL in
+    # server_slot_limits overrides it; vLLM's --max-num-seqs is the server's own batch limit, 256 by default, but
+    # more in flight than the GPU batches well only queues), per Anthropic account, and sample threads at once
+    server_slots: int = 16
+    server_slot_limits: dict[str, int] = {}
+    anthropic_slots: int = 8
+    scheduler_threads: int = 1024
     raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",
@@ -141,8 +148,9 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
         return v
 
-    @field_validator("n_samples", "concurrency", "phia_max_iters", "reasoning_zs_max_tokens",
-                     "reasoning_cot_max_tokens", "reasoning_phia_step_tokens")
+    @field_validator("n_samples", "concurrency", "server_slots", "anthropic_slots", "scheduler_threads",
+                     "phia_max_iters", "reasoning_zs_max_tokens", "reasoning_cot_max_tokens",
+                     "reasoning_phia_step_tokens")
     @classmethod
     def _non_negative(cls, v: int) -> int:
         if v < 0:
