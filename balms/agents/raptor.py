@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ from balms.stores import one_per_key, open_db
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
+SUMMARY_PARALLEL = 8  # a window's day summaries in flight at once per sample (the servers' slots meter the rest)
 NO_SUBDAY_NOTE = "(no sub-day records; daily values used as the leaf)"
 
 
@@ -252,24 +254,23 @@ class RaptorAgent(PromptAgentBase):
         query_ts = pd.Timestamp(sample.window_end)
         leaves, empty = build_leaves(tables, hist)
         compact = day_tables(tables, hist) if backend is not None else {}
+        days = {ts: day_leaves for ts, day_leaves in leaves.items() if ts != query_ts}
+        store = store_for(self.embedder)
+        summaries = ({} if backend is None else
+                     self._summaries(backend, episode, sample, tables, days, compact, store))
         nodes: list[tuple[str, str, str]] = []  # (key, kind, text)
         fallback_days = 0
         generated = 0
-        for ts, day_leaves in leaves.items():
-            if ts == query_ts:
-                continue
+        for ts, day_leaves in days.items():
             day = ts.date().isoformat()
             base = f"{sample.dataset}/{sample.user}/{day}"
             fallback_days += int(len(day_leaves) == 1 and day_leaves[0].endswith(NO_SUBDAY_NOTE))
             for j, leaf in enumerate(day_leaves):
                 nodes.append((f"{base}/leaf{j}", "leaf", leaf))
-            if backend is not None:
-                records = compact.get(ts) or "\n".join(day_leaves)
-                summ, new = day_summary(backend, episode, sample, ts, records, tables.subday_unit,
-                                        self.summary_max_tokens, n_leaves=len(day_leaves))
+            if ts in summaries:
+                summ, new = summaries[ts]
                 generated += int(new)
                 nodes.append((f"{base}/summary", "summary", f"{day} (day summary): {summ}"))
-        store = store_for(self.embedder)
         mat = store.embed([(k, t) for k, _, t in nodes])
         query_text = render.render_day(window, query_ts)
         q = store.embed([(f"{sample.dataset}/{sample.user}/{query_ts.date().isoformat()}#query",
@@ -288,6 +289,30 @@ class RaptorAgent(PromptAgentBase):
                 "retrieved_texts": texts, "leaf_unit": tables.subday_unit or "day (no sub-day data)",
                 "daily_leaf_days": fallback_days}
         return self._answer_prompt(window, chans, texts, query_ts), view
+
+    def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
+                   days: dict, compact: dict, store) -> dict:
+        """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
+        (at most SUMMARY_PARALLEL at once) while this thread embeds the leaves, and each day's steps join the
+        transcript in day order, so the record does not depend on which call finished first."""
+        subs = {ts: Episode(backend) if episode is not None else None for ts in days}
+
+        def one(ts):
+            records = compact.get(ts) or "\n".join(days[ts])
+            return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
+                               self.summary_max_tokens, n_leaves=len(days[ts]))
+
+        with ThreadPoolExecutor(max_workers=max(1, min(SUMMARY_PARALLEL, len(days))),
+                                thread_name_prefix="balms-raptor") as pool:
+            futures = {ts: pool.submit(one, ts) for ts in days}
+            # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
+            store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
+                         for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
+            out = {ts: f.result() for ts, f in futures.items()}
+        if episode is not None:
+            for ts in days:
+                episode.absorb(subs[ts])
+        return out
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
