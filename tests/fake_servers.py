@@ -314,32 +314,42 @@ def make_samples(n: int, dataset: str = "synthetic-test"):
     return out
 
 
+async def json_http(reader, writer, answer) -> None:
+    """One keep-alive connection of a minimal HTTP/1.1 JSON server: `await answer(path, payload) -> dict` for
+    each request. Shared by the benchmark servers (here and bench/sim_vllm.py)."""
+    import asyncio
+
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            payload = json.loads(await reader.readexactly(length)) if length else {}
+            body = json.dumps(await answer(head.split(b" ", 2)[1].decode(), payload)).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
 async def _serve_openai_asyncio(latency: float) -> None:
     """Low-overhead OpenAI-compatible server for benchmarks: one event loop, no thread per connection, so the
     benchmark measures the client harness rather than this server's CPU. Speaks just enough HTTP/1.1."""
     import asyncio
 
+    async def answer(path, payload):
+        if path.endswith("/models"):
+            return {"object": "list", "data": [{"id": "fake-model"}]}
+        await asyncio.sleep(latency)
+        return FakeOpenAIServer.respond(None, payload)
+
     async def handle(reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                payload = json.loads(await reader.readexactly(length)) if length else {}
-                if head.startswith(b"GET"):
-                    body = json.dumps({"object": "list", "data": [{"id": "fake-model"}]}).encode()
-                else:
-                    await asyncio.sleep(latency)
-                    body = json.dumps(FakeOpenAIServer.respond(None, payload)).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(body)).encode() + b"\r\n\r\n" + body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await json_http(reader, writer, answer)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)

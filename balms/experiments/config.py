@@ -112,6 +112,9 @@ class ExperimentConfig(BaseModel):
     server_slot_limits: dict[str, int] = {}
     anthropic_slots: int = 8
     scheduler_threads: int = 1024
+    # spending cap of a scheduled run (balms.experiments.budget): Claude at list price, vLLM GPU hours by tokens
+    max_usd: float | None = None
+    max_gpu_hours: float | None = None
     raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",

@@ -10,8 +10,10 @@ is in flight, so a PHIA or RAPTOR sample running code or embedding holds none an
 
 Limits: `cfg.server_slot_limits[url]`, else `cfg.server_slots`, for every OpenAI-compatible server the grid's
 models route to; `cfg.anthropic_slots` for the Anthropic API (its retry-after pauses every call: slots.py).
-Threads: each cell runs `cfg.concurrency` samples at once; cells are started in an order that alternates
-models (so every server gets work first) for as long as the threads in use stay within `cfg.scheduler_threads`.
+Spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`): balms.experiments.budget; samples the cap does not allow
+are not started, the report says how far the run got. Threads: each cell runs `cfg.concurrency` samples at
+once; cells are started in an order that alternates models (so every server gets work first) for as long as
+the threads in use stay within `cfg.scheduler_threads`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class ScheduleReport:
     records: list[list[PredictionRecord]]
     results: list = field(default_factory=list)
     limits: dict[str, int] = field(default_factory=dict)
-    stopped: str | None = None  # why cells were left unstarted (a spending cap), else None
+    stopped: str | None = None  # how far the run got when the spending cap stopped it, else None
 
 
 # What a record says about the run that made it rather than about the prediction: timings, whether a call was
@@ -92,13 +94,12 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
     return limits
 
 
-def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True,
-              before_start: Callable | None = None) -> ScheduleReport:
-    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order.
-
-    `before_start(cell)` may return a reason to leave a cell unstarted (the spending cap): the cells already
-    running finish, the rest stay as they are on disk, and the report says why."""
+def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
+    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order. Under
+    a spending cap the samples it does not allow are not started, and the report's `stopped` says how far the
+    run got."""
     from balms.experiments.batching import prefetch_cell
+    from balms.experiments.budget import CappedAgent, SpendingCap
     from balms.experiments.cohorts import cohort
     from balms.experiments.grid import describe_cell
     from balms.models.registry import get_backend
@@ -117,7 +118,11 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True,
     cond = threading.Condition()
     in_use = [0]
     n_done = [0]
-    stopped: list[str] = []
+    cap = SpendingCap.from_cfg(cfg)
+    agents = [c.agent for c in cells]
+    if cap is not None:
+        cap.already(r for i in todo if paths[i].exists() for r in load_records(paths[i]))
+        agents = [CappedAgent(c.agent, cap, (c.spec.system, c.spec.model)) for c in cells]
 
     def run_one(i: int):
         cell = cells[i]
@@ -125,8 +130,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True,
             prefetch_cell(cfg, cell)
             backend = get_backend(cell.spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
             co = cohort(cell.spec.dataset, cfg)
-            res = run_samples(cell.agent, backend, cell.samples, co.tables, paths[i], concurrency=threads_per[i],
-                              progress=False, spec=cell.spec,
+            res = run_samples(agents[i], backend, cell.samples, co.tables, paths[i],
+                              concurrency=threads_per[i], progress=False, spec=cell.spec,
                               manifest_extra={"profile": cfg.profile, "source": co.source, "scheduler": True})
             results[i] = res
             if progress:
@@ -144,9 +149,7 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True,
     futures = []
     with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="balms-cell") as pool:
         for i in todo:
-            why = before_start(cells[i]) if before_start else None
-            if why:
-                stopped.append(why)
+            if cap is not None and cap.n_refused:  # the cap refused a sample: start no more cells
                 break
             with cond:
                 while in_use[0] and in_use[0] + threads_per[i] > budget:
@@ -156,10 +159,18 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True,
         errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         raise errors[0]
+    why = None
+    if cap is not None and cap.n_refused:
+        n_all = sum(len(c.samples) for i, c in enumerate(cells) if first_of[paths[i]] == i)
+        n_done = sum(len(load_records(paths[i])) for i in todo if paths[i].exists())
+        why = (f"spending cap reached ({cap.describe()}): {n_done} of {n_all} samples done, the rest not started; "
+               "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
+    if why and progress:
+        print(f"scheduler: {why}", file=sys.stderr, flush=True)
     records = []
     for i, c in enumerate(cells):
         p = paths[i]
         by_id = {r.sample_id: r for r in load_records(p)} if p.exists() else {}
         records.append([by_id[s.sample_id] for s in c.samples if s.sample_id in by_id])
         results[i] = results[i] or results[first_of[p]]
-    return ScheduleReport(records, results, limits, stopped[0] if stopped else None)
+    return ScheduleReport(records, results, limits, why)
