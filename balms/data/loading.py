@@ -17,22 +17,16 @@ import os
 import pickle
 import threading
 from pathlib import Path
+from typing import Iterable
 
 from balms import paths
 from balms.data.schema import DatasetTables
 
 
 def _loader(name: str):
-    if name == "pmdata":
-        from balms.data.pmdata import load_pmdata
-        return load_pmdata
-    if name == "globem":
-        from balms.data.globem import load_globem
-        return load_globem
-    if name == "diversityone":
-        from balms.data.diversityone import load_diversityone
-        return load_diversityone
-    raise ValueError(f"unknown dataset {name!r}; expected one of {paths.DATASETS}")
+    from balms.data.registry import get_dataset
+
+    return get_dataset(name).load_function()
 
 
 def resolve_raw(name: str, raw_root: Path | None = None, *, synthetic_ok: bool = True) -> tuple[Path, str]:
@@ -46,6 +40,14 @@ def resolve_raw(name: str, raw_root: Path | None = None, *, synthetic_ok: bool =
         raise FileNotFoundError(f"{name}: raw folder {raw} not found (set BALMS_RAW_DIR or pass --raw)")
     from balms.data.synthetic import ensure_synthetic
     return Path(ensure_synthetic(name)), "synthetic"
+
+
+def source_label(sources: Iterable[str]) -> str:
+    """'real', 'synthetic' or 'mixed' for a set of per-dataset sources."""
+    s = {x for x in sources if x}
+    if not s:
+        raise ValueError("no data source given")
+    return s.pop() if len(s) == 1 else "mixed"
 
 
 def tables_cache_key(name: str, raw: Path, source: str, opts: dict) -> str:
