@@ -2,7 +2,7 @@
 (balms.experiments.scheduler) against 4, 8 and 16 simulated vLLM servers (bench/sim_vllm.py: service-time model
 and its sources there), compared with the server-bound minimum.
 
-Grid: `profiles/paper.yaml` (RAPTOR over each user's whole history, PHIA up to 10 steps, concurrency 32) with
+Grid: the `paper` profile (RAPTOR over each user's whole history, PHIA up to 10 steps, concurrency 32) with
 notebook 01's cells: every system x the four vLLM backbones x the data present (PMData and the GLOBEM sample
 at ../shared/data; real prompts), `--samples` evaluation samples per cell (the issue's 16). Claude is left out
 (no API here). Servers: server i serves backbone i mod 4, so 8 and 16 servers give each backbone 2 and 4.
