@@ -30,7 +30,7 @@ RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
-        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles clean-runs lint export-responses bundle \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles bench-scale clean-runs lint export-responses bundle \
         replay-check plan plan-confirm paper-dryrun FORCE
 
 help: ## List the targets
@@ -196,6 +196,9 @@ bench-prefix: ## Prompt-prefix reuse in llama.cpp: cold vs previous-prompt prefi
 
 bench-roles: ## Embedded models per agent role on real prompts: parse, code-block rates, s per call (bench/roles.json)
 	$(PY) bench/bench_roles.py --out bench/roles.json
+
+bench-scale: ## Paper notebook-01 grid, scheduler vs server-bound minimum on 4/8/16 simulated vLLM servers (bench/scale.json)
+	$(PY) bench/bench_scale.py --servers 4,8,16 --samples 16 --compression-4 160 --out bench/scale.json
 
 bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct overall scores, s per rationale
 	$(PY) bench/bench_judge.py --out bench/judge.json

@@ -242,10 +242,17 @@ def _error_record(agent, backend, sample, message: str) -> PredictionRecord:
     )
 
 
-def _predict(agent, backend, sample, tables) -> PredictionRecord:
+class NotStarted(BaseException):
+    """Raised by an agent (or a wrapper: the spending cap, balms.experiments.budget) in place of a sample that must
+    leave no record: it stays to do, and a later run does it. A BaseException so no `except Exception` eats it."""
+
+
+def _predict(agent, backend, sample, tables) -> PredictionRecord | None:
     t0 = time.perf_counter()
     try:
         rec = agent.predict(sample, tables, backend)
+    except NotStarted:
+        return None
     except BackendError as exc:
         kind = "transient, retries exhausted" if exc.transient else "permanent"
         return _error_record(agent, backend, sample, f"BackendError ({kind}): {exc}")
@@ -375,6 +382,7 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                     recs = [f.result() for f in sorted(finished, key=order.__getitem__)]
+                    recs = [r for r in recs if r is not None]  # NotStarted: no record, still to do
                     for r in recs:
                         r.cell = cell
                     appender.write(recs)

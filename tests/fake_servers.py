@@ -60,6 +60,9 @@ class FakeServerBase:
         self.timeout_sleep = timeout_sleep
         self.retry_after = retry_after
         self.requests: list[dict] = []
+        self.in_flight = 0  # POSTs being answered now, the most seen at once, and (start, end) of each
+        self.peak_in_flight = 0
+        self.busy: list[tuple[float, float]] = []
         self.n_gets = 0  # GET /v1/models requests (routing asks once per process)
         self.fault_log: list[str] = []
         self.lock = threading.Lock()
@@ -127,6 +130,18 @@ class FakeServerBase:
                 self._send(200, body.encode())
 
             def do_POST(self):
+                t0 = time.monotonic()
+                with server.lock:
+                    server.in_flight += 1
+                    server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
+                try:
+                    self._post()
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+                        server.busy.append((t0, time.monotonic()))
+
+            def _post(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 payload = json.loads(self.rfile.read(n) or b"{}")
                 with server.lock:
@@ -181,6 +196,17 @@ class FakeOpenAIServer(FakeServerBase):
             "choices": [{"index": 0, "message": message, "finish_reason": payload.get("x_finish") or "stop"}],
             "usage": payload.get("x_usage") or {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
         }
+
+
+class AnsweringOpenAIServer(FakeOpenAIServer):
+    """Answers every request with a parseable, deterministic "Answer: k" (k from the request's hash, 1-5), so
+    the prompt agents' records carry predictions; a RAPTOR summary request gets the same short text."""
+
+    def respond(self, payload: dict) -> dict:
+        out = super().respond(payload)
+        k = int(_echo_text(payload).split(":")[1], 16) % 5 + 1
+        out["choices"][0]["message"]["content"] = f"Stress follows sleep here.\nAnswer: {k}"
+        return out
 
 
 class FakeAnthropicServer(FakeServerBase):
@@ -288,32 +314,42 @@ def make_samples(n: int, dataset: str = "synthetic-test"):
     return out
 
 
+async def json_http(reader, writer, answer) -> None:
+    """One keep-alive connection of a minimal HTTP/1.1 JSON server: `await answer(path, payload) -> dict` for
+    each request. Shared by the benchmark servers (here and bench/sim_vllm.py)."""
+    import asyncio
+
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            payload = json.loads(await reader.readexactly(length)) if length else {}
+            body = json.dumps(await answer(head.split(b" ", 2)[1].decode(), payload)).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
 async def _serve_openai_asyncio(latency: float) -> None:
     """Low-overhead OpenAI-compatible server for benchmarks: one event loop, no thread per connection, so the
     benchmark measures the client harness rather than this server's CPU. Speaks just enough HTTP/1.1."""
     import asyncio
 
+    async def answer(path, payload):
+        if path.endswith("/models"):
+            return {"object": "list", "data": [{"id": "fake-model"}]}
+        await asyncio.sleep(latency)
+        return FakeOpenAIServer.respond(None, payload)
+
     async def handle(reader, writer):
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                payload = json.loads(await reader.readexactly(length)) if length else {}
-                if head.startswith(b"GET"):
-                    body = json.dumps({"object": "list", "data": [{"id": "fake-model"}]}).encode()
-                else:
-                    await asyncio.sleep(latency)
-                    body = json.dumps(FakeOpenAIServer.respond(None, payload)).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(body)).encode() + b"\r\n\r\n" + body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await json_http(reader, writer, answer)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
     print(server.sockets[0].getsockname()[1], flush=True)

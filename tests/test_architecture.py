@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "balms.cellspec": 0,
     "balms.codegraph": 0,
     "balms.paper": 0,
+    "balms.stores": 0,
     "balms.data": 1,
     "balms.jsonl_store": 1,
     "balms.models": 2,

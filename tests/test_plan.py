@@ -145,3 +145,23 @@ def test_throughput_override_scales_gpu_hours(small_plan, capsys):
     assert d["backbones"]["Qwen2.5-7B-Instruct"]["gpu_hours"] == pytest.approx(2 * base, rel=0.35)
     with pytest.raises(SystemExit, match="CLASS=prefill:decode"):
         main(["plan", "--profile", "paper", "--throughput", "7b=fast"])
+
+
+def test_plan_servers_gives_wall_hours_with_the_scheduler():
+    """--servers: each model's GPU time spread over its servers; the run lasts as long as the busiest model's."""
+    from balms.experiments.plan import THROUGHPUT, schedule_hours, servers_by_model
+    from fake_servers import FakeOpenAIServer
+
+    with FakeOpenAIServer(models=["Qwen/Qwen2.5-14B-Instruct"]) as srv:
+        servers = servers_by_model(["Qwen2.5-7B-Instruct=2", srv.url, "Qwen2.5-7B-Instruct=1"])
+    assert servers == {"Qwen2.5-7B-Instruct": 3, "Qwen2.5-14B-Instruct": 1}
+    backbones = {"Qwen2.5-7B-Instruct": {"gpu_hours": 6.0}, "Qwen2.5-14B-Instruct": {"gpu_hours": 4.0},
+                 "Claude-Haiku-4.5": {"gpu_hours": 0.0}}
+    got = schedule_hours(backbones, servers, THROUGHPUT)
+    gpus14 = THROUGHPUT["14b"]["gpus"]
+    assert got["per_model_hours"] == {"Qwen2.5-7B-Instruct": 2.0, "Qwen2.5-14B-Instruct": 4.0 / gpus14}
+    assert got["hours"] == max(2.0, 4.0 / gpus14)
+    with pytest.raises(ValueError, match="no server given for Qwen2.5-14B-Instruct"):
+        schedule_hours(backbones, {"Qwen2.5-7B-Instruct": 1}, THROUGHPUT)
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        servers_by_model(["nope=2"])

@@ -88,3 +88,14 @@ def test_real_pmdata_round_trips(real_data, isolated_cache):
     second = loading.load_dataset("pmdata", real_data)
     assert first.source == second.source == "real"
     assert second.fingerprint() == first.fingerprint() and second.dropped == first.dropped
+
+
+def test_first_use_by_many_threads_loads_once(raw_root, isolated_cache, monkeypatch):
+    """The scheduler's threads may ask for a dataset at once: one load, one whole pickle, the same tables."""
+    from test_stores import _together
+
+    calls = _count_loads(monkeypatch)
+    tables = _together(lambda i: loading.load_dataset("diversityone", raw_root))
+    assert calls == ["diversityone"]
+    assert len({t.fingerprint() for t in tables}) == 1
+    assert len(list((isolated_cache / "tables").glob("*"))) == 1  # no temporary file left behind

@@ -87,6 +87,17 @@ class Episode:
         return self.log(kind, content, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                         latency_s=round(float(latency_s or 0.0), 4), cached=True, **meta)
 
+    def absorb(self, other: "Episode") -> None:
+        """Append a sub-episode (calls made in parallel, e.g. RAPTOR's day summaries), so the transcript keeps a
+        fixed order whatever order the parallel calls finished in."""
+        self.transcript.extend(other.transcript)
+        self.n_calls += other.n_calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        self.replay_adjust_s += other.replay_adjust_s
+        self.model_id = other.model_id or self.model_id
+
     @property
     def elapsed(self) -> float:
         """Wall time of this run."""

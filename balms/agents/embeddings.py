@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from balms import paths
+from balms.stores import one_per_key, open_db
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _BATCH = 64
@@ -63,15 +63,10 @@ class EmbeddingStore:
     def __init__(self, model: str = DEFAULT_EMBEDDER, db_path: Path | None = None):
         self.model = model
         self.db_path = Path(db_path) if db_path else paths.cache_dir() / "embeddings.sqlite"
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._con = sqlite3.connect(str(self.db_path), timeout=30, check_same_thread=False)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute(
+        self._con = open_db(self.db_path, [
             "CREATE TABLE IF NOT EXISTS embeddings (model TEXT, key TEXT, text_sha TEXT, dim INTEGER, "
-            "vec BLOB, PRIMARY KEY (model, key, text_sha))"
-        )
-        self._con.commit()
+            "vec BLOB, PRIMARY KEY (model, key, text_sha))"])
         self.hits = 0
         self.misses = 0
 
@@ -110,7 +105,7 @@ class EmbeddingStore:
         return np.vstack([found[i] for i in range(len(items))])
 
 
-@lru_cache(maxsize=4)
+@one_per_key
 def default_store(model: str = DEFAULT_EMBEDDER, db: str = "") -> EmbeddingStore:
     """One store per (model, cache path) per process."""
     return EmbeddingStore(model, Path(db) if db else None)

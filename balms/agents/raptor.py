@@ -30,10 +30,9 @@
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -49,9 +48,11 @@ from balms.data.channels import agent_view, select_subday_channels
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
+from balms.stores import one_per_key, open_db
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
+SUMMARY_PARALLEL = 8  # a window's day summaries in flight at once per sample (the servers' slots meter the rest)
 NO_SUBDAY_NOTE = "(no sub-day records; daily values used as the leaf)"
 
 
@@ -132,18 +133,14 @@ class SummaryCache:
     USAGE = ("prompt_tokens", "completion_tokens", "latency_s")
 
     def __init__(self, db_path: Path):
-        db_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._con = sqlite3.connect(str(db_path), timeout=30, check_same_thread=False)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute(
+        # created with every column; caches written before usage was kept get the columns added (their rows read
+        # back as unknown usage); atomic under concurrent first use (balms.stores)
+        self._con = open_db(db_path, [
             "CREATE TABLE IF NOT EXISTS summaries (dataset TEXT, user TEXT, day TEXT, model_id TEXT, "
-            "leaves_sha TEXT, summary TEXT, PRIMARY KEY (dataset, user, day, model_id, leaves_sha))")
-        have = {row[1] for row in self._con.execute("PRAGMA table_info(summaries)")}
-        for col, kind in zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True):
-            if col not in have:  # caches written before usage was kept: those rows read back as unknown usage
-                self._con.execute(f"ALTER TABLE summaries ADD COLUMN {col} {kind}")
-        self._con.commit()
+            "leaves_sha TEXT, summary TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, "
+            "PRIMARY KEY (dataset, user, day, model_id, leaves_sha))"],
+            add_columns={"summaries": dict(zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True))})
 
     def get(self, key: tuple) -> tuple[str, dict | None] | None:
         """(summary, usage or None when unknown), or None on a miss."""
@@ -164,7 +161,7 @@ class SummaryCache:
             self._con.commit()
 
 
-@lru_cache(maxsize=4)
+@one_per_key
 def _summary_cache(path: str) -> SummaryCache:
     return SummaryCache(Path(path))
 
@@ -257,24 +254,23 @@ class RaptorAgent(PromptAgentBase):
         query_ts = pd.Timestamp(sample.window_end)
         leaves, empty = build_leaves(tables, hist)
         compact = day_tables(tables, hist) if backend is not None else {}
+        days = {ts: day_leaves for ts, day_leaves in leaves.items() if ts != query_ts}
+        store = store_for(self.embedder)
+        summaries = ({} if backend is None else
+                     self._summaries(backend, episode, sample, tables, days, compact, store))
         nodes: list[tuple[str, str, str]] = []  # (key, kind, text)
         fallback_days = 0
         generated = 0
-        for ts, day_leaves in leaves.items():
-            if ts == query_ts:
-                continue
+        for ts, day_leaves in days.items():
             day = ts.date().isoformat()
             base = f"{sample.dataset}/{sample.user}/{day}"
             fallback_days += int(len(day_leaves) == 1 and day_leaves[0].endswith(NO_SUBDAY_NOTE))
             for j, leaf in enumerate(day_leaves):
                 nodes.append((f"{base}/leaf{j}", "leaf", leaf))
-            if backend is not None:
-                records = compact.get(ts) or "\n".join(day_leaves)
-                summ, new = day_summary(backend, episode, sample, ts, records, tables.subday_unit,
-                                        self.summary_max_tokens, n_leaves=len(day_leaves))
+            if ts in summaries:
+                summ, new = summaries[ts]
                 generated += int(new)
                 nodes.append((f"{base}/summary", "summary", f"{day} (day summary): {summ}"))
-        store = store_for(self.embedder)
         mat = store.embed([(k, t) for k, _, t in nodes])
         query_text = render.render_day(window, query_ts)
         q = store.embed([(f"{sample.dataset}/{sample.user}/{query_ts.date().isoformat()}#query",
@@ -293,6 +289,30 @@ class RaptorAgent(PromptAgentBase):
                 "retrieved_texts": texts, "leaf_unit": tables.subday_unit or "day (no sub-day data)",
                 "daily_leaf_days": fallback_days}
         return self._answer_prompt(window, chans, texts, query_ts), view
+
+    def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
+                   days: dict, compact: dict, store) -> dict:
+        """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
+        (at most SUMMARY_PARALLEL at once) while this thread embeds the leaves, and each day's steps join the
+        transcript in day order, so the record does not depend on which call finished first."""
+        subs = {ts: Episode(backend) if episode is not None else None for ts in days}
+
+        def one(ts):
+            records = compact.get(ts) or "\n".join(days[ts])
+            return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
+                               self.summary_max_tokens, n_leaves=len(days[ts]))
+
+        with ThreadPoolExecutor(max_workers=max(1, min(SUMMARY_PARALLEL, len(days))),
+                                thread_name_prefix="balms-raptor") as pool:
+            futures = {ts: pool.submit(one, ts) for ts in days}
+            # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
+            store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
+                         for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
+            out = {ts: f.result() for ts, f in futures.items()}
+        if episode is not None:
+            for ts in days:
+                episode.absorb(subs[ts])
+        return out
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -64,10 +65,24 @@ def tables_cache_key(name: str, raw: Path, source: str, opts: dict) -> str:
     return h.hexdigest()[:32]
 
 
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
 def _cached(name: str, raw: Path, source: str, opts: dict) -> DatasetTables:
     if os.environ.get("BALMS_TABLES_CACHE", "1") == "0":
         return _loader(name)(raw, source=source, **opts)
     path = paths.cache_dir() / "tables" / f"{name}-{source}-{tables_cache_key(name, raw, source, opts)}.pkl"
+    with _path_lock(path):  # threads of one process load a dataset once; processes each write a whole file
+        return _load_or_build(name, raw, source, opts, path)
+
+
+def _path_lock(path: Path) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(str(path), threading.Lock())
+
+
+def _load_or_build(name: str, raw: Path, source: str, opts: dict, path: Path) -> DatasetTables:
     if path.exists():
         try:
             with open(path, "rb") as fh:
@@ -78,7 +93,7 @@ def _cached(name: str, raw: Path, source: str, opts: dict) -> DatasetTables:
             pass
     tables = _loader(name)(raw, source=source, **opts)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
     with open(tmp, "wb") as fh:
         pickle.dump(tables, fh, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)  # atomic: a concurrent reader sees the old state or the whole file

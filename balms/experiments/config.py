@@ -114,6 +114,16 @@ class ExperimentConfig(BaseModel):
     # a grid with any error record stops its notebook once every cell has run (so `make paper` exits non-zero, and
     # the next run retries them); True lets the notebooks go on and show the errors beside the results
     allow_errors: bool = False
+    # the scheduler (balms.experiments.scheduler): requests in flight per OpenAI-compatible server (a URL in
+    # server_slot_limits overrides it; vLLM's --max-num-seqs is the server's own batch limit, 256 by default, but
+    # more in flight than the GPU batches well only queues), per Anthropic account, and sample threads at once
+    server_slots: int = 16
+    server_slot_limits: dict[str, int] = {}
+    anthropic_slots: int = 8
+    scheduler_threads: int = 1024
+    # spending cap of a scheduled run (balms.experiments.budget): Claude at list price, vLLM GPU hours by tokens
+    max_usd: float | None = None
+    max_gpu_hours: float | None = None
     raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",
@@ -164,8 +174,9 @@ class ExperimentConfig(BaseModel):
             return v if v is None else canonical_name(v)
         return list(dict.fromkeys(canonical_name(m) for m in v))
 
-    @field_validator("n_samples", "concurrency", "phia_max_iters", "retrieval_top_k", "reasoning_zs_max_tokens",
-                     "reasoning_cot_max_tokens", "reasoning_phia_step_tokens")
+    @field_validator("n_samples", "concurrency", "server_slots", "anthropic_slots", "scheduler_threads",
+                     "phia_max_iters", "retrieval_top_k", "reasoning_zs_max_tokens", "reasoning_cot_max_tokens",
+                     "reasoning_phia_step_tokens")
     @classmethod
     def _non_negative(cls, v: int) -> int:
         if v < 0:

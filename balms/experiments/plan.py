@@ -494,6 +494,58 @@ def _summaries(cfg, co, samples, agent, cnt, budget, per_cell, user_history, day
 
 
 # ------------------------------------------------------------------------------------------------ CLI ---
+def servers_by_model(entries: list[str]) -> dict[str, int]:
+    """`--servers`: each entry `MODEL=N` (N servers of a registry model) or a server URL (asked for what it
+    serves: /v1/models, as routing does); -> {model name: number of servers}."""
+    from balms.models.discovery import discover
+    from balms.models.registry import MODELS
+
+    by_id = {s.model_id: name for name, s in MODELS.items()}
+    out: dict[str, int] = {}
+    urls = []
+    for e in (x.strip() for x in entries if x.strip()):
+        m = re.fullmatch(r"([^=]+)=(\d+)", e)
+        if m and "://" not in e:
+            if m.group(1) not in MODELS:
+                raise ValueError(f"--servers {e!r}: unknown model {m.group(1)!r}; known: {', '.join(MODELS)}")
+            out[m.group(1)] = out.get(m.group(1), 0) + int(m.group(2))
+        else:
+            urls.append(e)
+    for info in discover(urls) if urls else []:
+        if not info.models:
+            raise ValueError(f"--servers: {info.url} answered no model list ({info.error or 'empty'})")
+        for mid in info.models:
+            name = by_id.get(mid, mid)
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughput: dict) -> dict:
+    """Wall hours with the scheduler (balms.experiments.scheduler) on `servers` ({model: n servers}): every
+    server busy until its model's work is done, so the run lasts as long as the busiest model's GPU time divided
+    by its servers (GPU-hours / GPUs per server / servers). Claude runs over the API beside them (not counted)."""
+    from balms.models.registry import UnknownModelError, spec
+
+    per_model, missing = {}, []
+    for m, v in backbones.items():
+        try:
+            kind = spec(m).backend
+        except UnknownModelError:
+            kind = "openai"
+        if kind not in ("openai", "vllm-local"):
+            continue
+        if not servers.get(m):
+            missing.append(m)
+            continue
+        per_model[m] = v["gpu_hours"] / throughput[size_class(m)]["gpus"] / servers[m]
+    if missing:
+        raise ValueError(f"no server given for {', '.join(missing)} (--servers MODEL=N or URLs serving it)")
+    hours = max(per_model.values(), default=0.0)
+    return {"hours": round(hours, 3), "per_model_hours": {m: round(h, 3) for m, h in per_model.items()},
+            "servers": servers, "utilisation": {m: round(h / hours, 3) if hours else 0.0
+                                                for m, h in per_model.items()}}
+
+
 def format_plan(d: dict) -> str:
     """The plan as text: per notebook and backbone, totals, then how it was counted."""
 
@@ -537,6 +589,14 @@ def format_plan(d: dict) -> str:
         "assumptions:",
     ]
     lines += [f"  - {a}" for a in d["assumptions"]]
+    if d.get("schedule"):
+        sch = d["schedule"]
+        lines += ["", "on the given servers, all cells in flight (balms.experiments.scheduler): "
+                  f"{sch['upper']['hours']:,.2f} h upper bound, {sch['typical']['hours']:,.2f} h typical "
+                  "(the busiest model's GPU time over its servers; Claude runs beside them)"]
+        lines += [f"  {m:<34} {n} server(s): {sch['upper']['per_model_hours'][m]:,.2f} h upper, "
+                  f"{sch['typical']['per_model_hours'][m]:,.2f} h typical" for m, n in sch["upper"]["servers"].items()
+                  if m in sch["upper"]["per_model_hours"]]
     return "\n".join(lines)
 
 
@@ -579,6 +639,14 @@ def _cmd(args) -> int:
         cfg, per_cell=args.per_cell, embed=args.embed, throughput=_parse_throughput(args.throughput), progress=progress
     )
     d = plan.to_dict()
+    if args.servers:
+        try:
+            srv = servers_by_model(args.servers.split(","))
+            d["schedule"] = {w: schedule_hours(t["backbones"], srv, plan.throughput)
+                             for w, t in (("upper", d), ("typical", d["typical"]))}
+        except ValueError as exc:
+            print(f"balms plan: {exc}", file=sys.stderr)
+            return 2
     d["planning_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         print(json.dumps(d, indent=2))
@@ -603,4 +671,6 @@ def register(sub) -> None:
         help="CLASS=prefill:decode[:gpus] tokens/s per server (classes: 7b, 14b, 70b, small)",
     )
     p.add_argument("--progress", action="store_true", help="print planning progress to stderr")
+    p.add_argument("--servers", default="", help="comma-separated MODEL=N or server URLs: wall hours on them with "
+                   "the scheduler (profile's servers: --servers with their URLs)")
     p.set_defaults(func=_cmd)

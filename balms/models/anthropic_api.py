@@ -22,6 +22,7 @@ from typing import Sequence
 
 from balms.models.base import BackendError, Completion, GenParams, Message
 from balms.models.openai_http import TRANSIENT_STATUS, parse_retry_after
+from balms.models.slots import ANTHROPIC, SLOTS
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "refusal": "refusal"}
 
@@ -79,13 +80,17 @@ class AnthropicBackend:
         a = self._anthropic
         t0 = time.perf_counter()
         try:
-            msg = self.client.messages.create(**kwargs)
+            with SLOTS.slot(ANTHROPIC):  # the account's own limit of requests in flight (balms.models.slots)
+                msg = self.client.messages.create(**kwargs)
         except a.APITimeoutError as exc:
             raise BackendError(f"{self.model_id}: timeout after {timeout:g} s", transient=True) from exc
         except a.APIConnectionError as exc:
             raise BackendError(f"{self.model_id}: connection error: {exc}", transient=True) from exc
         except a.APIStatusError as exc:
-            raise status_error(self.model_id, exc) from exc
+            err = status_error(self.model_id, exc)
+            if err.retry_after and exc.status_code in (429, 529):  # the account is limited: pause every call
+                SLOTS.pause(ANTHROPIC, err.retry_after)
+            raise err from exc
         except a.APIResponseValidationError as exc:
             raise BackendError(f"{self.model_id}: malformed response: {exc}", transient=True) from exc
         return completion_from_message(msg, self.model_id, time.perf_counter() - t0)

@@ -16,7 +16,6 @@ normal run then makes those calls directly, or records their errors.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Sequence
 
 from balms.models.base import BackendError, GenParams, Message
 from balms.models.cache import ResponseCache, cache_key, request_payload
+from balms.stores import open_db
 
 RETRYABLE_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 MAX_BATCH_REQUESTS = 10_000  # the API allows 100,000 / 256 MB; smaller batches finish and report sooner
@@ -42,11 +42,8 @@ class BatchStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._con = sqlite3.connect(str(self.path), timeout=60, check_same_thread=False, isolation_level=None)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.executescript(_SCHEMA)
+        self._con = open_db(self.path, [s for s in _SCHEMA.split(";") if s.strip()], autocommit=True)
 
     def record_batch(self, batch_id: str, model_id: str, custom_ids: Sequence[str], label: str = "") -> None:
         now = time.time()

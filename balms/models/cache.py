@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 import threading
 import time
 from dataclasses import fields
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from balms.models.base import BackendError, Completion, GenParams, Message
+from balms.stores import open_db
 
 MODES = ("rw", "replay", "off")
 # every CachedBackend of this process: model calls made (sent to a model) and answered from the cache, so a grid can
@@ -95,12 +95,9 @@ class ResponseCache:
 
     def __init__(self, path: str | Path, additions_of: Callable[[str], dict] | None = None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn = open_db(self.path, [_SCHEMA], autocommit=True)  # safe under concurrent first use
         self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
-        self._conn.execute(_SCHEMA)
         self.upgraded = self._upgrade(additions_of)
 
     def _upgrade(self, additions_of) -> int:

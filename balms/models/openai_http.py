@@ -39,6 +39,7 @@ import httpx
 
 from balms.models.base import BackendError, Completion, GenParams, Message
 from balms.models.reasoning import estimate_reasoning_tokens, split_completion
+from balms.models.slots import SLOTS
 
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 
@@ -126,19 +127,23 @@ class OpenAICompatBackend:
 
     # -- dispatch -------------------------------------------------------------------------------------
     def _acquire(self) -> int:
+        """A server for the next request: one with a free slot (balms.models.slots; waits while every server
+        is at its limit), fewest requests in flight, ties round robin."""
         if not self._routed:
             self._route()
         with self._lock:
             start = next(self._rr) % len(self.base_urls)
-            order = [(start + k) % len(self.base_urls) for k in range(len(self.base_urls))]
-            i = min(order, key=lambda j: self._inflight[j])
+            order = [self.base_urls[(start + k) % len(self.base_urls)] for k in range(len(self.base_urls))]
+        i = self.base_urls.index(SLOTS.take(self.base_urls, prefer=order))
+        with self._lock:
             self._inflight[i] += 1
             self.sent[i] += 1
-            return i
+        return i
 
     def _release(self, i: int) -> None:
         with self._lock:
             self._inflight[i] -= 1
+        SLOTS.give(self.base_urls[i])
 
     # -- request --------------------------------------------------------------------------------------
     def request_body(self, messages: Sequence[Message], params: GenParams) -> dict:
@@ -188,8 +193,11 @@ class OpenAICompatBackend:
         if resp.status_code != 200:
             snippet = content[:300].decode("utf-8", "replace")
             transient = resp.status_code in TRANSIENT_STATUS
+            retry_after = parse_retry_after(resp.headers.get("retry-after"))
+            if retry_after and resp.status_code in (429, 503, 529):  # the whole server asked for a pause
+                SLOTS.pause(self.base_urls[i], retry_after)
             raise BackendError(f"{self.model_id}: HTTP {resp.status_code} from {url}: {snippet}",
-                               transient=transient, retry_after=parse_retry_after(resp.headers.get("retry-after")))
+                               transient=transient, retry_after=retry_after)
         try:
             data = json.loads(content)
         except ValueError as exc:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from balms.models.pricing import price_of
+from balms.stores import one_per_key
 
 # Before anything can import llama_cpp (libgomp reads this once, at load): see balms.models.llamacpp.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -260,17 +261,16 @@ class ReplayOnlyBackend:
         raise BackendError(f"{self.name}: replay-only backend was asked to compute a response")
 
 
-_CACHES: dict[str, object] = {}
-
-
 def shared_cache(path: str | Path | None = None):
     """One ResponseCache per file per process (SQLite connections are shared under a lock)."""
+    return _cache_for(str(Path(path) if path else default_cache_path()))
+
+
+@one_per_key
+def _cache_for(path: str):
     from balms.models.cache import ResponseCache
 
-    p = str(Path(path) if path else default_cache_path())
-    if p not in _CACHES:
-        _CACHES[p] = ResponseCache(p, additions_of=additions_for_model_id)  # re-keys an older cache
-    return _CACHES[p]
+    return ResponseCache(path, additions_of=additions_for_model_id)  # re-keys an older cache
 
 
 def get_backend(name: str | None = None, *, cache_mode: str = "rw", cache_path: str | Path | None = None, **overrides):

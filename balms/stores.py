@@ -1,0 +1,80 @@
+"""SQLite stores that many threads (and processes) open for the first time at once.
+
+Why: the scheduler starts every cell's samples together, so the response cache, the embedding cache and
+RAPTOR's summary cache are all first opened by dozens of threads in the same second. Creating tables and
+adding columns is a read-then-write (`PRAGMA table_info`, then `ALTER TABLE`): two connections that both
+read "column missing" both add it, and the second fails (`duplicate column name`). `open_db` does the whole
+schema step inside one `BEGIN IMMEDIATE` transaction (SQLite's write lock, across processes too), so exactly
+one connection creates or migrates and the others see the finished schema. `one_per_key` gives one store
+object per file per process without the check-then-set race of a plain dict or `lru_cache`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from functools import wraps
+from pathlib import Path
+from typing import Callable, Mapping, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+def _busy_retry(fn: Callable[[], T], timeout_s: float) -> T:
+    """Retry `fn` while SQLite says the database is locked (switching to WAL ignores the busy timeout)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
+def open_db(path: str | Path, statements: Sequence[str] = (), *,
+            add_columns: Mapping[str, Mapping[str, str]] | None = None, timeout_s: float = 60.0,
+            autocommit: bool = False) -> sqlite3.Connection:
+    """A WAL connection to `path` whose schema (`statements`, then each missing column of `add_columns`:
+    {table: {column: type}}) was created or migrated atomically, once, whoever else opens it at the same time."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    setup = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+    try:
+        _busy_retry(lambda: setup.execute("PRAGMA journal_mode=WAL"), timeout_s)
+        _busy_retry(lambda: setup.execute("BEGIN IMMEDIATE"), timeout_s)
+        try:
+            for sql in statements:
+                setup.execute(sql)
+            for table, cols in (add_columns or {}).items():
+                have = {row[1] for row in setup.execute(f"PRAGMA table_info({table})")}
+                for col, kind in cols.items():
+                    if col not in have:
+                        setup.execute(f"ALTER TABLE {table} ADD COLUMN {col} {kind}")
+            setup.execute("COMMIT")
+        except BaseException:
+            setup.execute("ROLLBACK")
+            raise
+    finally:
+        setup.close()
+    kw = {"isolation_level": None} if autocommit else {}
+    return sqlite3.connect(str(path), timeout=timeout_s, check_same_thread=False, **kw)
+
+
+def one_per_key(factory: Callable[..., T]) -> Callable[..., T]:
+    """Memoise `factory(*args)` so that concurrent first calls build exactly one object per key."""
+    made: dict = {}
+    lock = threading.Lock()
+
+    @wraps(factory)
+    def get(*args):
+        with lock:
+            if args not in made:
+                made[args] = factory(*args)
+            return made[args]
+
+    get.cache_clear = made.clear  # tests reset it, as with functools.lru_cache
+    return get

@@ -1,0 +1,252 @@
+"""Paper scale at the speed of the servers (issue 27): the paper profile's notebook-01 grid run by the scheduler
+(balms.experiments.scheduler) against 4, 8 and 16 simulated vLLM servers (bench/sim_vllm.py: service-time model
+and its sources there), compared with the server-bound minimum.
+
+Grid: the `paper` profile (RAPTOR over each user's whole history, PHIA up to 10 steps, concurrency 32) with
+notebook 01's cells: every system x the four vLLM backbones x the data present (PMData and the GLOBEM sample
+at ../shared/data; real prompts), `--samples` evaluation samples per cell (the issue's 16). Claude is left out
+(no API here). Servers: server i serves backbone i mod 4, so 8 and 16 servers give each backbone 2 and 4.
+
+Reported, per server count: wall time and the server-bound minimum (the busiest server's total service time /
+its batch), both in real seconds and scaled back to simulated hours; their ratio (goal >= 0.85); each server's
+utilisation (its GPU time / wall); the client's CPU per model call; `balms plan`'s estimate of the wall time on
+those servers (balms.experiments.plan.schedule_hours) against the simulation (goal within 15%). Compression is
+chosen per run (`--compression-4` x 4 / servers) so the real bound is the same whatever the server count. Every
+run starts with fresh response, summary and runs caches. Retrieval embeds with a hash stand-in (tests/agent_fakes):
+RAPTOR over the whole history embeds ~100k PMData leaves, which MiniLM takes tens of minutes for on this shared
+2-core VM (measured: a warm-up pass did not finish in 10 min) and a GPU node minutes; this benchmark measures
+serving, and the prompts keep their lengths (top-k of the same nodes).
+Then a loopback run with 1,000 requests in flight (one server, fixed 0.5 s service) measures the client alone.
+
+    python bench/bench_scale.py [--servers 4,8,16] [--samples 16] [--out bench/scale.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from sim_vllm import BATCH  # noqa: E402
+
+BACKBONES = ["Qwen2.5-7B-Instruct", "Mistral-7B-Instruct-v0.3", "Qwen2.5-14B-Instruct", "DeepSeek-R1-Distill-Qwen-14B"]
+
+
+def start_sims(model_ids: list[str], compression: float, *, batch: int = BATCH, fixed_s: float | None = None,
+               max_s: float = 1800.0) -> tuple[subprocess.Popen, list[str]]:
+    cmd = [sys.executable, str(ROOT / "bench" / "sim_vllm.py"), "--models", ",".join(model_ids),
+           "--compression", str(compression), "--batch", str(batch), "--max-s", str(max_s)]
+    if fixed_s is not None:
+        cmd += ["--fixed-s", str(fixed_s)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    urls = [f"http://127.0.0.1:{int(proc.stdout.readline())}/v1" for _ in model_ids]
+    return proc, urls
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def grid_cells(cfg):
+    """Notebook 01's cells (run_grid's combinations: datasets x backbones x systems, zero-shot)."""
+    from balms.experiments.grid import make_cell
+
+    return [make_cell(cfg, d, s, m2) for d in cfg.datasets for m in cfg.backbones for s in cfg.systems
+            for m2 in cfg.models_for(s, [m])]
+
+
+def paper_cfg(urls: list[str], samples: int, datasets: list[str]):
+    from balms.experiments.config import load
+
+    return load("paper", datasets=datasets, backbones=BACKBONES, n_samples=samples, servers=urls,
+                server_slots=BATCH)
+
+
+def use_dirs(base: Path) -> None:
+    (base / "cache").mkdir(parents=True, exist_ok=True)
+    os.environ["BALMS_CACHE_DIR"] = str(base / "cache")
+    os.environ["BALMS_RUNS_DIR"] = str(base / "runs")
+    tables = base.parent / "tables"  # loaded datasets are the same in every run
+    tables.mkdir(exist_ok=True)
+    if not (base / "cache" / "tables").exists():
+        (base / "cache" / "tables").symlink_to(tables)
+
+
+def run_grid_once(n_servers: int, compression: float, samples: int, datasets: list[str], base: Path) -> dict:
+    from balms.experiments.scheduler import run_cells
+    from balms.models.registry import spec
+
+    use_dirs(base)
+    model_ids = [spec(BACKBONES[i % len(BACKBONES)]).model_id for i in range(n_servers)]
+    proc, urls = start_sims(model_ids, compression)
+    try:
+        cfg = paper_cfg(urls, samples, datasets)
+        cells = grid_cells(cfg)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        rep = run_cells(cfg, cells, progress=False)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        stats = [httpx.get(u + "/stats", timeout=10).json() for u in urls]
+    finally:
+        stop(proc)
+    recs = [r for rs in rep.records for r in rs]
+    calls = sum(s["n"] for s in stats)
+    gpu_s = [s["service_total_s"] / s["batch"] for s in stats]  # uncompressed GPU seconds per server
+    bound = max(gpu_s) / compression
+    return {
+        "n_servers": n_servers, "compression": compression, "n_cells": len(cells), "n_records": len(recs),
+        "n_errors": sum(r.error is not None for r in recs), "n_parsed": sum(r.prediction is not None for r in recs),
+        "model_calls": calls, "wall_s": round(wall, 2), "bound_s": round(bound, 2),
+        "ratio_bound_to_wall": round(bound / wall, 3),
+        "simulated_wall_h": round(wall * compression / 3600, 3),
+        "simulated_bound_h": round(bound * compression / 3600, 3),
+        "gpu_hours": round(sum(gpu_s) / 3600, 3),
+        "utilisation": [round(g / compression / wall, 3) for g in gpu_s],
+        "peak_in_service": [s["peak"] for s in stats],
+        "client_cpu_s": round(cpu, 2), "client_cpu_ms_per_call": round(1000 * cpu / max(calls, 1), 3),
+        "servers": [{"model": s["model"], "requests": s["n"], "gpu_s": round(g, 1)}
+                    for s, g in zip(stats, gpu_s, strict=True)],
+    }
+
+
+def sim_throughput() -> dict:
+    """The simulated servers' rates as `balms plan` throughput classes (aggregate tokens/s, one GPU each)."""
+    from sim_vllm import A6000
+
+    return {k: {"prefill": v["prefill_tps"], "decode": v["decode_tps"], "gpus": 1} for k, v in A6000.items()}
+
+
+def grid_plan(samples: int, datasets: list[str]) -> dict:
+    """`balms plan` of notebook 01 on the paper profile, with the simulated servers' throughput (typical)."""
+    from balms.experiments.config import load
+    from balms.experiments.plan import build_plan
+
+    cfg = load("paper", datasets=datasets, backbones=BACKBONES, n_samples=samples, notebooks=["01_prediction"])
+    plan = build_plan(cfg, per_cell=3, throughput=sim_throughput())
+    return plan.to_dict()
+
+
+def plan_check(result: dict, plan: dict) -> dict:
+    """`balms plan --servers`'s hours on these servers (typical) against the simulated wall time."""
+    from balms.experiments.plan import schedule_hours
+    from balms.models.registry import MODELS
+
+    name_of = {s.model_id: n for n, s in MODELS.items()}
+    servers: dict[str, int] = {}
+    for s in result["servers"]:
+        servers[name_of[s["model"]]] = servers.get(name_of[s["model"]], 0) + 1
+    est = schedule_hours(plan["typical"]["backbones"], servers, sim_throughput())["hours"]
+    sim_h = result["simulated_wall_h"]
+    return {"plan_hours": est, "simulated_hours": sim_h, "error": round(est / sim_h - 1, 3)}
+
+
+def loopback_1000(n_threads: int = 1000, per_thread: int = 3, service_s: float = 0.5) -> dict:
+    """1,000 requests in flight from one client: wall vs ideal, peak in service, client CPU per call."""
+    from balms.models.base import GenParams, Message
+    from balms.models.openai_http import OpenAICompatBackend
+    from balms.models.slots import SLOTS
+
+    proc, (url,) = start_sims(["loop/model"], 1.0, batch=n_threads, fixed_s=service_s, max_s=300)
+    try:
+        be = OpenAICompatBackend("loop/model", [url], max_connections=n_threads + 8)
+        SLOTS.set_limit(be.base_urls[0], n_threads)
+        barrier = threading.Barrier(n_threads)
+        errors = []
+
+        def worker(i):
+            barrier.wait()
+            for j in range(per_thread):
+                try:
+                    be.generate([Message("user", f"request {i}-{j}")], GenParams(max_tokens=8))
+                except Exception as exc:  # noqa: BLE001 - counted
+                    errors.append(repr(exc))
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+        for t in threads:
+            t.start()
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        for t in threads:
+            t.join(120)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        st = httpx.get(url + "/stats", timeout=10).json()
+        be.close()
+    finally:
+        stop(proc)
+    n = n_threads * per_thread
+    return {"in_flight": n_threads, "requests": n, "service_s": service_s, "wall_s": round(wall, 2),
+            "ideal_s": per_thread * service_s, "ratio_ideal_to_wall": round(per_thread * service_s / wall, 3),
+            "peak_in_service": st["peak"], "errors": len(errors),
+            "client_cpu_ms_per_call": round(1000 * cpu / n, 3)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--servers", default="4,8,16")
+    ap.add_argument("--samples", type=int, default=16)
+    ap.add_argument("--datasets", default="pmdata,globem")
+    ap.add_argument("--compression-4", type=float, default=60.0,
+                    help="compression at 4 servers; n servers get compression-4 * 4 / n (the same real bound)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "scale.json"))
+    a = ap.parse_args(argv)
+    from balms.paths import shared_data_dir
+
+    if shared_data_dir() is None:
+        raise SystemExit("bench-scale needs the real data at ../shared/data")
+    os.environ["BALMS_RAW_DIR"] = str(shared_data_dir())
+    from agent_fakes import HashEmbedder
+    from balms.agents import embeddings
+
+    embeddings.load_embedder = lambda name=embeddings.DEFAULT_EMBEDDER: HashEmbedder()
+    datasets = a.datasets.split(",")
+    work = Path(tempfile.mkdtemp(prefix="balms-bench-scale-"))
+    t_all = time.perf_counter()
+    try:
+        plan = grid_plan(a.samples, datasets)
+        runs = []
+        for n in [int(x) for x in a.servers.split(",")]:
+            r = run_grid_once(n, a.compression_4 * 4 / n, a.samples, datasets, work / f"s{n}")
+            r["plan"] = plan_check(r, plan)
+            print(json.dumps({k: r[k] for k in ("n_servers", "wall_s", "bound_s", "ratio_bound_to_wall",
+                                                "client_cpu_ms_per_call")}), file=sys.stderr, flush=True)
+            runs.append(r)
+        loop = loopback_1000()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = {
+        "command": "make bench-scale (python bench/bench_scale.py " + " ".join(argv or sys.argv[1:]) + ")",
+        "grid": {"profile": "paper", "notebook": "01_prediction", "datasets": datasets, "backbones": BACKBONES,
+                 "samples_per_cell": a.samples},
+        "server_model": {"source": "bench/sim_vllm.py module doc", "batch": BATCH},
+        "embedder": "hash stand-in (tests/agent_fakes.HashEmbedder)",
+        "runs": runs, "loopback_1000": loop,
+        "plan": {"calls_typical": plan["typical"]["total"]["calls"],
+                 "gpu_hours_typical": plan["typical"]["total"]["gpu_hours"]},
+        "goal": {"ratio_at_4_and_16": 0.85, "plan_error": 0.15},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "total_s": round(time.perf_counter() - t_all, 1),
+    }
+    Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

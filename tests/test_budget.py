@@ -1,0 +1,73 @@
+"""The spending cap (balms.experiments.budget) on the stand-ins: a scheduled run under a cap below its cost stops
+before the cap, keeps what it did and says how far it got; run again with the cap raised it completes, the earlier
+records untouched; a cap never charges calls answered from a cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from balms.experiments.budget import call_usage, spend_of
+from balms.experiments.config import ExperimentConfig
+from balms.experiments.grid import make_cell
+from balms.experiments.plan import THROUGHPUT
+from balms.experiments.scheduler import record_content, run_cells
+from balms.records import PredictionRecord, Step
+from fake_servers import AnsweringOpenAIServer
+
+MODELS = {"Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B-Instruct",
+          "Mistral-7B-Instruct-v0.3": "mistralai/Mistral-7B-Instruct-v0.3"}
+# the stand-ins report 11 prompt and 7 completion tokens per call; Health-LLM makes one call per sample
+PER_SAMPLE_H = (11 / THROUGHPUT["7b"]["prefill"] + 7 / THROUGHPUT["7b"]["decode"]) / 3600
+
+
+@pytest.fixture()
+def servers():
+    srvs = [AnsweringOpenAIServer(models=[mid], strict=True).start() for mid in MODELS.values()]
+    yield srvs
+    for s in srvs:
+        s.stop()
+
+
+def _run(servers, **kw):
+    cfg = ExperimentConfig(profile="cap", datasets=["pmdata"], systems=["healthllm"], backbones=list(MODELS),
+                           n_samples=4, seed=0, lookback=3, concurrency=4, servers=[s.url for s in servers], **kw)
+    cells = [make_cell(cfg, "pmdata", "healthllm", m) for m in cfg.backbones]
+    return run_cells(cfg, cells, progress=False)
+
+
+def test_cap_stops_before_it_keeps_and_resumes_when_raised(servers, tmp_path, monkeypatch, real_data):
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    cap = 3.5 * PER_SAMPLE_H  # 8 samples in the grid; the cap allows 3
+
+    first = _run(servers, max_gpu_hours=cap)
+    done = [r for recs in first.records for r in recs]
+    assert len(done) == 3 and not any(r.error for r in done)
+    spent = sum(spend_of(r)[1] for r in done)
+    assert spent <= cap
+    assert first.stopped and "3 of 8 samples done" in first.stopped and "max_gpu_hours" in first.stopped
+    assert sum(len(s.requests) for s in servers) == 3  # nothing beyond the cap was sent
+
+    same = _run(servers, max_gpu_hours=cap)  # the same cap again: already spent, nothing more
+    assert sum(len(recs) for recs in same.records) == 3 and same.stopped
+
+    raised = _run(servers, max_gpu_hours=10 * PER_SAMPLE_H)
+    assert raised.stopped is None
+    after = {r.sample_id + r.model: record_content(r) for recs in raised.records for r in recs}
+    assert len(after) == 8
+    assert all(after[r.sample_id + r.model] == record_content(r) for r in done)  # kept as they were
+    assert sum(len(s.requests) for s in servers) == 8  # each sample's call made once over the three runs
+
+
+def test_cached_calls_are_not_spent():
+    steps = [Step(kind="completion", meta={"prompt_tokens": 100, "completion_tokens": 10, "cached": False}),
+             Step(kind="summary", meta={"prompt_tokens": 50, "completion_tokens": 5, "cached": True}),
+             Step(kind="retrieval", meta={"ids": []})]
+    rec = PredictionRecord(sample_id="s", system="rag", model="Qwen2.5-7B-Instruct", model_id="q", transcript=steps)
+    assert call_usage(rec) == (100, 10)
+    t = THROUGHPUT["7b"]
+    assert spend_of(rec) == (0.0, pytest.approx((100 / t["prefill"] + 10 / t["decode"]) / 3600))
+    claude = rec.model_copy(update={"model": "Claude-Haiku-4.5", "model_id": "claude-haiku-4-5"})
+    usd, gpu = spend_of(claude)
+    assert usd > 0 and gpu == 0.0
