@@ -12,12 +12,19 @@ import dataclasses
 
 from balms.agents.base import Agent
 from balms.agents.healthllm import HealthLLMAgent
+from balms.agents.personal_baseline import PersonalBaselineAgent
 from balms.agents.phia import PhiaAgent
 from balms.agents.rag import RAGAgent
 from balms.agents.raptor import RaptorAgent
 
-SYSTEMS = ["healthllm", "rag", "raptor", "phia"]
-_CLASSES = {"healthllm": HealthLLMAgent, "rag": RAGAgent, "raptor": RaptorAgent, "phia": PhiaAgent}
+PAPER_SYSTEMS = ["healthllm", "rag", "raptor", "phia"]  # the paper's four, what its profile runs by default
+OURS = ["personal_baseline"]  # systems of ours (not in the paper), labelled as ours wherever they appear
+SYSTEMS = [*PAPER_SYSTEMS, *OURS]
+_CLASSES = {"healthllm": HealthLLMAgent, "rag": RAGAgent, "raptor": RaptorAgent, "phia": PhiaAgent,
+            "personal_baseline": PersonalBaselineAgent}
+# One model call per sample with its prompt known up front (Message Batches, the plan's batch pricing, the
+# CPU study's model-size cells).
+SINGLE_CALL = ("healthllm", "rag", "personal_baseline")
 
 
 def agent_options(system: str) -> list[str]:
@@ -28,8 +35,8 @@ def agent_options(system: str) -> list[str]:
 
 def make_agent(system: str, *, cot: bool = False, **options) -> Agent:
     """Build an agent; unknown systems or options are an error that lists the valid ones."""
-    key = system.lower().replace("-", "").replace("_", "")
-    if key not in _CLASSES:
+    key = {k.replace("_", ""): k for k in _CLASSES}.get(system.lower().replace("-", "").replace("_", ""))
+    if key is None:
         raise ValueError(f"unknown system {system!r}; known systems: {', '.join(SYSTEMS)}")
     allowed = agent_options(key)
     bad = sorted(set(options) - set(allowed))

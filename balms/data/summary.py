@@ -16,13 +16,19 @@ import pandas as pd
 from balms import paths
 from balms.data.baselines import run_baselines
 from balms.data.loading import load_dataset, load_from_dir
-from balms.data.samples import DEFAULT_RULE, SAMPLE_RULE_TEXT, SAMPLE_RULES, build_samples, split_target_days
+from balms.data.samples import (
+    DEFAULT_RULE,
+    SAMPLE_RULE_TEXT,
+    SAMPLE_RULES,
+    TEST_FRAC,
+    build_samples,
+    split_target_days,
+)
 
 # The paper's Table 5 / Section 4.1 figures, printed beside ours.
 PAPER = {"pmdata": (1448, 0.48), "globem": (1640, 0.80), "diversityone": (1355, 0.58)}
 
 # The evaluation rule, one statement used by the README, notebook 00 and the cohorts (balms.experiments.cohorts).
-TEST_FRAC = 0.3
 EVALUATION_RULE = (
     "Samples are built with the sample rule {rule!r} ({rule_text}). Within each user, a seeded random "
     f"{TEST_FRAC:.0%} of the target days is held out (balms.data.samples.split_target_days). Every system and the "

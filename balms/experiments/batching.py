@@ -6,7 +6,8 @@ results land in the response cache. Phase 2 is the normal run: every call is a c
 accounting and resumption are exactly those of a direct run (a batched call is recorded at latency 0: batch
 latency is hours and not the model's; notebook 06's Claude latencies need a direct run).
 
-Covered: single-call cells (Health-LLM and RAG, zero-shot and CoT): all their calls. Not covered, by design:
+Covered: single-call cells (Health-LLM, RAG, our personal baseline; zero-shot and CoT): all their calls.
+Not covered, by design:
 multi-step cells (PHIA steps depend on earlier outputs; RAPTOR's answer prompt needs its day summaries): they
 fall back to direct calls at list price. A batch that failed some requests leaves those to direct calls too,
 and `prefetch_cell` reports them.
@@ -14,7 +15,7 @@ and `prefetch_cell` reports them.
 
 from __future__ import annotations
 
-BATCHABLE_SYSTEMS = ("healthllm", "rag")
+from balms.agents.registry import SINGLE_CALL as BATCHABLE_SYSTEMS
 
 
 def cell_requests(cell, tables) -> list:

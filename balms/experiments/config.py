@@ -20,9 +20,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from balms import paths
+from balms.agents.registry import PAPER_SYSTEMS, SINGLE_CALL
+from balms.agents.registry import SYSTEMS as _KNOWN
 
 PROFILES_DIR = paths.PROJECT_ROOT / "profiles"
-SYSTEMS = ("healthllm", "rag", "raptor", "phia")
+# Every system a parameter may name: the paper's four and ours (balms.agents.registry.OURS). The defaults run the
+# paper's four only, so a system of ours enters a profile (and its cells) only where a parameter names it.
+SYSTEMS = tuple(_KNOWN)
 DATASETS = ("diversityone", "pmdata", "globem")
 
 
@@ -38,7 +42,7 @@ class ExperimentConfig(BaseModel):
     profile: str = "demo"
     # what is evaluated
     datasets: list[str] = ["diversityone", "pmdata", "globem"]
-    systems: list[str] = list(SYSTEMS)
+    systems: list[str] = list(PAPER_SYSTEMS)  # ours (e.g. personal_baseline) only when named
     backbones: list[str] = ["qwen2.5-coder-0.5b"]
     # a system that runs on its own backbone instead of `backbones`, wherever it runs (every notebook, the judge);
     # {} = every system on every backbone (the paper's grid). Demo: see profiles/demo.yaml for the measurements.
@@ -85,8 +89,11 @@ class ExperimentConfig(BaseModel):
     horizon_datasets: list[str] = ["pmdata", "globem"]
     horizon_backbone: str | None = None  # None: the first backbone
     horizon_systems: list[str] = ["healthllm", "rag", "phia"]
+    # the model-size check of notebook 08 (the CPU study): the zero-shot cells of the single-call systems among
+    # `systems` (balms.agents.registry.SINGLE_CALL) repeated on each of these backbones, on the same samples
+    size_backbones: list[str] = []
     # ablations (04) and PHIA executors (05)
-    ablation_systems: list[str] = list(SYSTEMS)
+    ablation_systems: list[str] = list(PAPER_SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
     # judge (07)
     judge_model: str = "qwen2.5-coder-1.5b"  # geval: the 0.5B model's score distributions ignore the rationale
@@ -124,6 +131,14 @@ class ExperimentConfig(BaseModel):
         bad = [s for s in v or [] if s not in SYSTEMS]
         if bad:
             raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+        return v
+
+    @field_validator("horizon_systems")
+    @classmethod
+    def _horizon_split(cls, v: list[str]) -> list[str]:
+        if "personal_baseline" in v:  # its baselines follow the default look-back's split (split_lookback)
+            raise ValueError("personal_baseline cannot run in the look-back sweep: the sweep's target days come "
+                             "from another split (the longest look-back's), which its baselines do not follow")
         return v
 
     @field_validator("lookback")
@@ -168,6 +183,11 @@ class ExperimentConfig(BaseModel):
         keys = ([f"{dataset}.{system}.cot"] if system and cot else []) + ([f"{dataset}.{system}"] if system else []) \
             + ([f"{dataset}.cot"] if cot else []) + [dataset]
         return next((self.n_samples_by[k] for k in keys if k in self.n_samples_by), self.n_samples)
+
+    @property
+    def size_systems(self) -> list[str]:
+        """The systems notebook 08 repeats on `size_backbones`: the single-call ones among `systems`."""
+        return [s for s in self.systems if s in SINGLE_CALL]
 
     def runs_cot(self, system: str) -> bool:
         """Whether `system` has CoT cells (`cot_systems`, None = every system)."""

@@ -44,6 +44,8 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
             opts["force_answer"] = True
     if system == "raptor":
         opts.update(memory=cfg.raptor_memory, summary_max_tokens=budget("raptor_summary"))
+    if system == "personal_baseline":  # its baselines respect the split the cohorts draw with this seed
+        opts["split_seed"] = cfg.seed
     if system in PROMPT_SYSTEMS and "style" in accepted(system):
         opts["style"] = cfg.prompt_style
     if system in PROMPT_SYSTEMS and cot and cfg.cot_force_answer:

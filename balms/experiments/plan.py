@@ -30,6 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from balms.agents.registry import SINGLE_CALL as BATCHABLE_SYSTEMS  # one call per sample, prompt known up front
 from balms.experiments.config import ExperimentConfig
 
 NOTEBOOKS = (
@@ -49,7 +50,6 @@ THROUGHPUT: dict[str, dict[str, float]] = {
     "70b": {"prefill": 1200.0, "decode": 120.0, "gpus": 2},  # 8-bit bitsandbytes, tensor parallel 2
     "small": {"prefill": 20000.0, "decode": 3000.0, "gpus": 1},
 }
-BATCHABLE_SYSTEMS = ("healthllm", "rag")  # one call per sample, prompt known up front (balms.experiments.batching)
 TYPICAL_PHIA_CALLS = 4  # code, code, answer (+ one nudge or forced finish): what small backbones mostly do
 TYPICAL_OUTPUT_SHARE = 0.5  # CoT, PHIA steps, summaries and judge verdicts stop well before their budget
 PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
