@@ -1,0 +1,144 @@
+"""The personal-baseline system (ours) on real PMData and GLOBEM: no held-out label and no target-day value can
+reach its prompt, and the baselines it states are the training days' numbers.
+
+Leakage by perturbation: every held-out label is changed (within the scale, so the sample set and the split stay
+the same), and every sensing and same-day value of every held-out target day outside the sample's own look-back
+window (its target day among them) is changed (observed values only, so no filter changes); the prompt must stay
+byte-identical. The same perturbation of one TRAINING label or training day must change it, so the test can fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agent_fakes import EchoBackend, real_tables
+from balms.agents.personal_baseline import PersonalBaselineAgent, user_baseline
+from balms.agents.registry import make_agent
+from balms.data.samples import build_samples, split_target_days
+
+VARIANTS = [dict(), dict(anchor=False), dict(deviations=False), dict(causal=True), dict(cot=True)]
+
+
+@pytest.fixture(scope="module", params=["pmdata", "globem"])
+def real(request):
+    tables = real_tables(request.param)
+    if tables is None:
+        pytest.skip(f"real {request.param} not found at ../shared/data")
+    # the split as the cohorts define it, built here from its parts (build_samples + split_target_days)
+    train, test = split_target_days(build_samples(tables).samples, seed=0)
+    picked = [test[i] for i in np.linspace(0, len(test) - 1, min(len(test), 6)).astype(int)]
+    return tables, train, test, picked
+
+
+def _label_shift(tables, keys: set) -> pd.DataFrame:
+    """Labels with every row of `keys` ((user, Timestamp)) moved to another value on the scale."""
+    lab = tables.labels.copy()
+    t = tables.target
+    k = pd.Series(list(zip(lab["user"].astype(str), pd.to_datetime(lab["date"]).dt.normalize(), strict=True)),
+                  index=lab.index).isin(keys)
+    ok = k & lab["label"].between(t.scale_min, t.scale_max)
+    span = t.scale_max - t.scale_min + 1
+    lab.loc[ok, "label"] = t.scale_min + (lab.loc[ok, "label"] - t.scale_min + 1) % span
+    return lab
+
+
+def _day_shift(frame: pd.DataFrame, keys: set) -> pd.DataFrame:
+    """`frame` (index (user, date)) with every observed number on the `keys` days changed."""
+    if not len(frame):
+        return frame
+    out = frame.copy()
+    ix = pd.Series([(str(u), pd.Timestamp(d).normalize()) for u, d in out.index], index=out.index).isin(keys)
+    num = out.select_dtypes("number").columns
+    out.loc[ix.to_numpy(), num] = out.loc[ix.to_numpy(), num] * 1.37 + 11
+    return out
+
+
+def perturbed(tables, test, sample):
+    held = {(s.user, pd.Timestamp(s.target_date)) for s in test}
+    window = {(sample.user, pd.Timestamp(d)) for d in sample.window_dates}
+    days = held - window  # the sample's own target day is held out, never in its window
+    assert (sample.user, pd.Timestamp(sample.target_date)) in days
+    return dataclasses.replace(tables, labels=_label_shift(tables, held), daily=_day_shift(tables.daily, days),
+                               context=_day_shift(tables.context, days))
+
+
+def prompt(agent, sample, tables) -> str:
+    return "\n".join(m.content for m in agent.first_prompt(sample, tables))
+
+
+def test_no_held_out_label_or_target_day_value_reaches_the_prompt(real):
+    tables, train, test, picked = real
+    agents = [make_agent("personal_baseline", **opts) for opts in VARIANTS]
+    for s in picked:
+        other = perturbed(tables, test, s)
+        for agent, opts in zip(agents, VARIANTS, strict=True):
+            assert prompt(agent, s, other) == prompt(agent, s, tables), (s.sample_id, opts)
+
+
+def test_the_perturbation_would_be_seen_on_training_days(real):
+    """The same perturbation on a training label / a training day's sensing changes the prompt."""
+    tables, train, test, picked = real
+    agent = make_agent("personal_baseline")
+    s = picked[0]
+    mine = [t for t in train if t.user == s.user]
+    lab = dataclasses.replace(tables, labels=_label_shift(tables, {(s.user, pd.Timestamp(mine[0].target_date))}))
+    days = {(s.user, pd.Timestamp(d)) for t in mine for d in (*t.window_dates, t.target_date)}
+    days -= {(s.user, pd.Timestamp(d)) for d in s.window_dates} | {(u.user, pd.Timestamp(u.target_date)) for u in test}
+    assert days, "no training day outside the sample's window"
+    day = dataclasses.replace(tables, daily=_day_shift(tables.daily, days))
+    base = prompt(agent, s, tables)
+    assert prompt(agent, s, lab) != base
+    assert prompt(agent, s, day) != base
+
+
+def test_baselines_are_the_training_days_numbers(real):
+    """Label anchor = the mean and SD of the user's training labels read from the raw label table; channel
+    baselines = the means over days none of which is a held-out target day; the agent's split is the cohorts'."""
+    tables, train, test, picked = real
+    held = {(s.user, s.target_date) for s in test}
+    lab = tables.labels.dropna(subset=["label"]).assign(date=lambda d: pd.to_datetime(d["date"]).dt.date)
+    lab = lab.drop_duplicates(["user", "date"], keep="last").set_index(["user", "date"])["label"]
+    agent = PersonalBaselineAgent()
+    for s in picked:
+        chans = agent.window(s, tables)[1] or list(tables.channels)
+        b = user_baseline(tables, s, chans)
+        mine = sorted(t.target_date for t in train if t.user == s.user)
+        assert sorted(b.label_dates) == mine
+        y = np.array([lab[(s.user, d)] for d in mine], float)
+        assert b.label_mean == pytest.approx(y.mean())
+        if len(y) > 1:
+            assert b.label_sd == pytest.approx(y.std(ddof=1))
+            assert f"mean {y.mean():.2f}, standard deviation {y.std(ddof=1):.2f}" in prompt(agent, s, tables)
+        assert not {(s.user, d) for d in b.sensing_dates} & held, "a held-out day in the sensing baseline"
+        ud = tables.daily.xs(s.user, level="user")
+        ud = ud.reindex(pd.DatetimeIndex([pd.Timestamp(d) for d in b.sensing_dates]))
+        for c in chans:
+            v = ud[c.name].dropna()
+            if len(v):
+                assert b.channels[c.name].mean == pytest.approx(v.mean()), c.name
+            else:
+                assert c.name not in b.channels
+
+
+def test_only_held_out_days_and_no_same_day_context(real):
+    tables, train, test, picked = real
+    with pytest.raises(ValueError, match="not a held-out target day"):
+        make_agent("personal_baseline").first_prompt(train[0], tables)
+    with pytest.raises(ValueError, match="context must be False"):
+        make_agent("personal-baseline", context=True)
+    with pytest.raises(ValueError, match="style must be"):
+        make_agent("personal_baseline", style="paper")
+
+
+def test_one_call_and_the_baseline_in_the_record(real):
+    tables, train, test, picked = real
+    be = EchoBackend()
+    rec = make_agent("personal_baseline").predict(picked[0], tables, be)
+    assert len(be.calls) == 1 and rec.n_steps == 1
+    assert rec.system == "personal_baseline" and rec.prediction == 2
+    assert rec.options["user_baseline"]["n_label_days"] == sum(t.user == picked[0].user for t in train)
+    assert rec.options["anchor"] is True and rec.options["prompt_version"].startswith("pb-")
