@@ -6,16 +6,13 @@ results land in the response cache. Phase 2 is the normal run: every call is a c
 accounting and resumption are exactly those of a direct run (a batched call is recorded at latency 0: batch
 latency is hours and not the model's; notebook 06's Claude latencies need a direct run).
 
-Covered: single-call cells (Health-LLM, RAG, our personal baseline; zero-shot and CoT): all their calls.
-Not covered, by design:
+Covered: single-call cells (the registry's batchable systems, zero-shot and CoT): all their calls. Not covered:
 multi-step cells (PHIA steps depend on earlier outputs; RAPTOR's answer prompt needs its day summaries): they
 fall back to direct calls at list price. A batch that failed some requests leaves those to direct calls too,
 and `prefetch_cell` reports them.
 """
 
 from __future__ import annotations
-
-from balms.agents.registry import SINGLE_CALL as BATCHABLE_SYSTEMS
 
 
 def cell_requests(cell, tables) -> list:
@@ -42,7 +39,9 @@ def prefetch_cell(cfg, cell, *, poll_s: float = 30.0, progress=print, client_fac
         }
     if spec(spec_.model).backend != "anthropic":
         return {"batched": False, "why": f"{spec_.model} is not served by the Anthropic API"}
-    if spec_.system not in BATCHABLE_SYSTEMS:
+    from balms.agents.registry import get_system
+
+    if not get_system(spec_.system).batchable:
         return {"batched": False, "why": f"{spec_.system} makes several dependent calls per sample: direct calls"}
     cache = shared_cache()
     backend = build_raw_backend(spec_.model)

@@ -20,14 +20,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from balms import paths
-from balms.agents.registry import PAPER_SYSTEMS, SINGLE_CALL
-from balms.agents.registry import SYSTEMS as _KNOWN
+from balms.agents.registry import PAPER_SYSTEMS, get_system, system_names
+from balms.data.registry import DATASETS
 
 PROFILES_DIR = paths.PROJECT_ROOT / "profiles"
-# Every system a parameter may name: the paper's four and ours (balms.agents.registry.OURS). The defaults run the
-# paper's four only, so a system of ours enters a profile (and its cells) only where a parameter names it.
-SYSTEMS = tuple(_KNOWN)
-DATASETS = ("diversityone", "pmdata", "globem")
+SYSTEMS = PAPER_SYSTEMS  # the default grid: the paper's four (a registered system of ours or a plugin's by name)
 
 
 class ConfigError(ValueError):
@@ -42,7 +39,7 @@ class ExperimentConfig(BaseModel):
     profile: str = "demo"
     # what is evaluated
     datasets: list[str] = ["diversityone", "pmdata", "globem"]
-    systems: list[str] = list(PAPER_SYSTEMS)  # ours (e.g. personal_baseline) only when named
+    systems: list[str] = list(SYSTEMS)
     backbones: list[str] = ["qwen2.5-coder-0.5b"]
     # a system that runs on its own backbone instead of `backbones`, wherever it runs (every notebook, the judge);
     # {} = every system on every backbone (the paper's grid). Demo: see profiles/demo.yaml for the measurements.
@@ -80,6 +77,7 @@ class ExperimentConfig(BaseModel):
     reasoning_cot_max_tokens: int = 4096
     reasoning_phia_step_tokens: int = 2048
     raptor_summary_tokens: int = 48  # max tokens of one RAPTOR day summary
+    retrieval_top_k: int = 3  # RAG's and RAPTOR's top-k (the paper's top-3)
     raptor_memory: Literal["lookback", "history"] = "lookback"  # history = every earlier day (the paper's)
     # look-back (days) of every cell outside notebook 03's sweep; None = each dataset's own (DiversityOne 7,
     # PMData and GLOBEM 14). Same target days either way: the window is cut to its last `lookback` days.
@@ -90,10 +88,10 @@ class ExperimentConfig(BaseModel):
     horizon_backbone: str | None = None  # None: the first backbone
     horizon_systems: list[str] = ["healthllm", "rag", "phia"]
     # the model-size check of notebook 08 (the CPU study): the zero-shot cells of the single-call systems among
-    # `systems` (balms.agents.registry.SINGLE_CALL) repeated on each of these backbones, on the same samples
+    # `systems` (registry cost model "single") repeated on each of these backbones, on the same samples
     size_backbones: list[str] = []
     # ablations (04) and PHIA executors (05)
-    ablation_systems: list[str] = list(PAPER_SYSTEMS)
+    ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
     # judge (07)
     judge_model: str = "qwen2.5-coder-1.5b"  # geval: the 0.5B model's score distributions ignore the rationale
@@ -128,16 +126,17 @@ class ExperimentConfig(BaseModel):
     @field_validator("systems", "horizon_systems", "ablation_systems", "judge_systems", "cot_systems")
     @classmethod
     def _known_systems(cls, v: list[str] | None) -> list[str] | None:
-        bad = [s for s in v or [] if s not in SYSTEMS]
+        known = system_names()
+        bad = [s for s in v or [] if s not in known]
         if bad:
-            raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+            raise ValueError(f"unknown system(s) {bad}; known: {known}")
         return v
 
     @field_validator("horizon_systems")
     @classmethod
     def _horizon_split(cls, v: list[str]) -> list[str]:
-        if "personal_baseline" in v:  # its baselines follow the default look-back's split (split_lookback)
-            raise ValueError("personal_baseline cannot run in the look-back sweep: the sweep's target days come "
+        if "personal_baseline" in v:  # its baselines follow the default look-back's split (its split_lookback)
+            raise ValueError("personal_baseline cannot run in the look-back sweep: the sweep draws its target days "
                              "from another split (the longest look-back's), which its baselines do not follow")
         return v
 
@@ -151,12 +150,13 @@ class ExperimentConfig(BaseModel):
     @field_validator("system_backbones")
     @classmethod
     def _known_system_keys(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = [s for s in v if s not in SYSTEMS]
+        known = system_names()
+        bad = [s for s in v if s not in known]
         if bad:
-            raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+            raise ValueError(f"unknown system(s) {bad}; known: {known}")
         return v
 
-    @field_validator("n_samples", "concurrency", "phia_max_iters", "reasoning_zs_max_tokens",
+    @field_validator("n_samples", "concurrency", "phia_max_iters", "retrieval_top_k", "reasoning_zs_max_tokens",
                      "reasoning_cot_max_tokens", "reasoning_phia_step_tokens")
     @classmethod
     def _non_negative(cls, v: int) -> int:
@@ -167,12 +167,13 @@ class ExperimentConfig(BaseModel):
     @field_validator("n_samples_by")
     @classmethod
     def _sample_keys(cls, v: dict[str, int]) -> dict[str, int]:
-        valid = {f"{d}{s}{c}" for d in DATASETS for s in ("", *(f".{x}" for x in SYSTEMS)) for c in ("", ".cot")}
+        known = system_names()
+        valid = {f"{d}{s}{c}" for d in DATASETS for s in ("", *(f".{x}" for x in known)) for c in ("", ".cot")}
         for key, n in v.items():
             if key not in valid:
                 raise ValueError(f"n_samples_by key {key!r}: expected '<dataset>', '<dataset>.<system>', "
                                  f"'<dataset>.cot' or '<dataset>.<system>.cot' with a dataset in {list(DATASETS)} "
-                                 f"and a system in {list(SYSTEMS)}")
+                                 f"and a system in {known}")
             if not isinstance(n, int) or n < 0:
                 raise ValueError(f"n_samples_by[{key!r}] = {n!r}: expected an integer >= 0")
         return v
@@ -187,7 +188,7 @@ class ExperimentConfig(BaseModel):
     @property
     def size_systems(self) -> list[str]:
         """The systems notebook 08 repeats on `size_backbones`: the single-call ones among `systems`."""
-        return [s for s in self.systems if s in SINGLE_CALL]
+        return [s for s in self.systems if get_system(s).cost == "single"]
 
     def runs_cot(self, system: str) -> bool:
         """Whether `system` has CoT cells (`cot_systems`, None = every system)."""
