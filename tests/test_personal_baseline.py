@@ -142,3 +142,51 @@ def test_one_call_and_the_baseline_in_the_record(real):
     assert rec.system == "personal_baseline" and rec.prediction == 2
     assert rec.options["user_baseline"]["n_label_days"] == sum(t.user == picked[0].user for t in train)
     assert rec.options["anchor"] is True and rec.options["prompt_version"].startswith("pb-")
+
+
+# ------------------------------------------------------------------------------- the CPU study's claims rows
+def _records(samples, system, model, predict) -> pd.DataFrame:
+    return pd.DataFrame([{"dataset": s.dataset, "system": system, "model": model, "sample_id": s.sample_id,
+                          "user": s.user, "label": s.label, "prediction": predict(s)} for s in samples])
+
+
+def test_claims_rows_of_ours_from_the_cells_present(real_data):
+    """Rows are computed from whatever cells exist: the difference is the MAE difference of the records given,
+    the verdict follows its interval, an absent comparison says "not run", the supervised baselines sit beside."""
+    from balms.experiments import config, study
+    from balms.experiments.claims import verdict
+    from balms.experiments.cohorts import cohort
+    from balms.experiments.grid import eval_samples
+
+    cfg = config.load("cpu-study", raw_root=str(real_data), datasets=["pmdata"], n_samples=40,
+                      systems=["healthllm", "personal_baseline"], size_backbones=["qwen2.5-coder-1.5b"])
+    ev = eval_samples(cfg, "pmdata")
+    co = cohort("pmdata", cfg)
+    user_mean = pd.Series([s.label for s in co.train], index=[s.user for s in co.train]).groupby(level=0).mean()
+    small, big = cfg.backbones[0], cfg.size_backbones[0]
+    zs = pd.concat([_records(ev, "personal_baseline", small, lambda s: round(user_mean[s.user])),
+                    _records(ev, "healthllm", small, lambda s: 1)], ignore_index=True)
+    size = _records(ev, "healthllm", big, lambda s: 2)
+    empty = pd.DataFrame(columns=zs.columns)
+    table = study.claims_table(cfg, zs, empty, empty, empty.assign(executor=[]), size=size)
+    row = table.set_index("claim")
+    y = np.array([s.label for s in ev], float)
+    pb = np.abs(y - np.array([round(user_mean[s.user]) for s in ev]))
+    assert row.loc["personal_baseline_healthllm", "diff"] == pytest.approx(pb.mean() - np.abs(y - 1).mean())
+    assert row.loc["personal_baseline_mean", "diff"] == pytest.approx(pb.mean() - np.abs(y - co.train_mean).mean())
+    for r in table[table.verdict != study.NOT_RUN].itertuples():
+        v = verdict(r.diff, r.ci_low, r.ci_high)
+        assert r.verdict == study.claim_verdict(None if r.expected == "none" else r.expected, r.diff, r.ci_low,
+                                                r.ci_high), r.comparison
+        assert (r.verdict == "cannot tell at this n") == (v in ("indistinguishable", "no interval"))
+    size_rows = table[table.claim == "model_size"].set_index("system")
+    assert size_rows.loc["healthllm", "diff"] == pytest.approx(np.abs(y - 2).mean() - np.abs(y - 1).mean())
+    assert set(size_rows[size_rows.verdict == study.NOT_RUN].index) == {"rag", "personal_baseline"}
+    mp = table[table.claim == "mean_predictor"]
+    assert list(mp.system) == ["healthllm", "healthllm"] and set(mp.model) == {small, big}  # ours has its own rows
+    sup = table[table.claim == "supervised"]
+    assert {"per_user_mean", "last_observed_label", "ridge", "gradient_boosting"} <= set(sup.system)
+    assert (sup.n == len(ev)).all()
+    assert "does the personal baseline (ours) beat the mean predictor?" in study.ours_sentence(table)
+    none = study.claims_table(cfg, zs[zs.system == "healthllm"], empty, empty, empty.assign(executor=[]))
+    assert (none[none.claim.str.startswith("personal_baseline")].verdict == study.NOT_RUN).all()
