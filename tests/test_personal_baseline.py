@@ -190,3 +190,37 @@ def test_claims_rows_of_ours_from_the_cells_present(real_data):
     assert "does the personal baseline (ours) beat the mean predictor?" in study.ours_sentence(table)
     none = study.claims_table(cfg, zs[zs.system == "healthllm"], empty, empty, empty.assign(executor=[]))
     assert (none[none.claim.str.startswith("personal_baseline")].verdict == study.NOT_RUN).all()
+
+
+# ------------------------------------------------------------------------------------- registration, profiles
+def test_ours_runs_only_where_a_parameter_names_it():
+    """The paper's profile and the demo declare no cell of ours (their cells do not change by its existence); a
+    parameter adds it, labelled as ours; the size cells exist only with size_backbones."""
+    from balms.agents.registry import PAPER_SYSTEMS, get_system, system_names
+    from balms.experiments import config
+    from balms.experiments.cells import declared_cells
+
+    spec = get_system("personal-baseline")
+    assert spec.name in system_names() and not spec.paper and spec.label.endswith("(ours)")
+    assert spec.batchable and spec.cost == "single"
+    for profile in ("demo", "paper"):
+        cfg = config.load(profile)
+        assert tuple(cfg.systems) == PAPER_SYSTEMS and not cfg.size_backbones
+        cells = declared_cells(cfg)
+        assert cells and not [c for c in cells if c.system == spec.name or c.notebook == "08_cpu_study"], profile
+    added = config.load("paper", systems=[*PAPER_SYSTEMS, spec.name], size_backbones=["qwen2.5-coder-1.5b"])
+    assert {c.system for c in declared_cells(added) if c.notebook == "01_prediction"} >= {spec.name}
+    with pytest.raises(config.ConfigError, match="look-back sweep"):
+        config.load("demo", horizon_systems=["healthllm", spec.name])
+
+
+def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells():
+    from balms.agents.registry import get_system
+    from balms.experiments import config
+    from balms.experiments.cells import cells_for
+
+    cfg = config.load("cpu-study")
+    size = cells_for("08_cpu_study", cfg)
+    assert size and {c.model for c in size} == set(cfg.size_backbones) and not any(c.cot for c in size)
+    assert {c.system for c in size} == {s for s in cfg.systems if get_system(s).cost == "single"}
+    assert {c.dataset for c in size} == set(cfg.datasets)
