@@ -10,6 +10,8 @@ byte-identical. The same perturbation of one TRAINING label or training day must
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -224,3 +226,22 @@ def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells():
     assert size and {c.model for c in size} == set(cfg.size_backbones) and not any(c.cot for c in size)
     assert {c.system for c in size} == {s for s in cfg.systems if get_system(s).cost == "single"}
     assert {c.dataset for c in size} == set(cfg.datasets)
+
+
+def test_balms_prompt_shows_ours_on_a_held_out_day_and_refuses_a_training_day(real, capsys):
+    from balms.cli import main
+
+    tables, train, test, picked = real
+    raw = str(Path(tables.raw_dir))
+    s = picked[0]
+    args = ["prompt", "--dataset", tables.name, "--raw", raw, "--system", "personal_baseline"]
+    assert main([*args, "--user", s.user, "--target", s.target_date.isoformat(), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "Evaluation rule you must respect" in out["messages"][1]["content"]
+    assert out["messages"] == [{"role": m.role, "content": m.content}
+                               for m in make_agent("personal_baseline").first_prompt(s, tables)]
+    t = train[0]
+    with pytest.raises(SystemExit, match="not a held-out target day"):
+        main([*args, "--user", t.user, "--target", t.target_date.isoformat()])
+    with pytest.raises(SystemExit, match="does not apply"):
+        main([*args, "--user", s.user, "--target", s.target_date.isoformat(), "--style", "paper"])

@@ -80,7 +80,7 @@ _BUILTIN = (
     # ours (issue 26): the paper's lesson as a system; runs only where a profile or parameter names it
     SystemSpec("personal_baseline", PersonalBaselineAgent, "Personal baseline",
                "one prompt with the user's training-day label anchor and the window as deviations from the user's "
-               "own training-day channel means", paper=False, batchable=True,
+               "own training-day channel means", paper=False, batchable=True, prompt_styles=("corrected",),
                config_fields={"split_seed": "seed", "force_answer": "cot_force_answer",
                               "force_missing": "cot_force_missing"}),
 )
