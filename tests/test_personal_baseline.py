@@ -228,10 +228,15 @@ def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells():
     assert {c.dataset for c in size} == set(cfg.datasets)
 
 
-def test_balms_prompt_shows_ours_on_a_held_out_day_and_refuses_a_training_day(real, capsys):
+def test_balms_prompt_shows_ours_on_a_held_out_day_and_refuses_a_training_day(capsys):
+    """The CLI's plumbing (one dataset: the prompt itself is tested on both above)."""
     from balms.cli import main
 
-    tables, train, test, picked = real
+    tables = real_tables("pmdata")
+    if tables is None:
+        pytest.skip("real pmdata not found at ../shared/data")
+    train, test = split_target_days(build_samples(tables).samples, seed=0)
+    picked = test[:1]
     raw = str(Path(tables.raw_dir))
     s = picked[0]
     args = ["prompt", "--dataset", tables.name, "--raw", raw, "--system", "personal_baseline"]

@@ -67,18 +67,16 @@ def _sample(tables, user: str, target: dt.date, lookback: int):
 
 
 def _run(args) -> int:
-    from balms.agents.registry import make_agent
-
-    target = dt.date.fromisoformat(args.target)
-    tables = _tables(args.dataset, args.raw)
-    lookback = args.lookback or get_dataset(args.dataset).default_lookback
-    sample, note = _sample(tables, args.user, target, lookback)
-    from balms.agents.registry import get_system
+    from balms.agents.registry import get_system, make_agent
 
     styles = get_system(args.system).prompt_styles
     style = args.style or styles[0]
     if style not in styles:
         raise SystemExit(f"--style {style} does not apply to {args.system}: its style(s) {list(styles)}")
+    target = dt.date.fromisoformat(args.target)
+    tables = _tables(args.dataset, args.raw)
+    lookback = args.lookback or get_dataset(args.dataset).default_lookback
+    sample, note = _sample(tables, args.user, target, lookback)
     opts: dict = {"style": style}
     if args.channels:
         opts["channels"] = args.channels[0] if len(args.channels) == 1 else list(args.channels)
