@@ -4,7 +4,7 @@ the `cpu-study` profile configures them. Real calls (response cache off); each m
 one call before timing. The machine's load average is recorded: on a shared 2-core VM the numbers move with it.
 
     python bench/bench_personal_baseline.py [--n 5] [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b]
-                                            [--systems personal_baseline healthllm rag] [--out bench/personal_baseline.json]
+        [--systems personal_baseline healthllm rag] [--out bench/personal_baseline.json]
 """
 
 from __future__ import annotations
