@@ -42,7 +42,8 @@ zs = ex.run_declared(cfg, "01_prediction")  # notebook 01's cells
 cot = ex.run_cells(cfg, [c for c in ex.cells_for("02_cot", cfg) if c.cot])  # notebook 02's CoT cells
 horizon = ex.run_declared(cfg, "03_long_horizon")
 phia = ex.run_declared(cfg, "05_phia_failures")
-every = pd.concat([zs, cot, horizon, phia], ignore_index=True)
+size = ex.run_declared(cfg, NB)  # this notebook's own cells: the single-call systems on `size_backbones`
+every = pd.concat([zs, cot, horizon, phia, size], ignore_index=True)
 src, cap = report.source_label(every["source"]), report.model_caption(ex.models_run(every))
 print(f"{len(every)} prediction records ({every.drop_duplicates(['cell_key', 'sample_id']).shape[0]} distinct); "
       f"models: {cap}; data: {src}")
@@ -73,19 +74,27 @@ for what, n in (("zero-shot cells and the look-back sweep", cfg.n_for("pmdata", 
               f"differences smaller than that are reported as 'cannot tell'.")
 
 # %% [markdown]
-# ## The paper's claims, tested
+# ## The paper's claims, tested, and what it points at
 #
-# One row per comparison: the difference, its 95% participant-bootstrap interval, n, the direction the paper
-# reports and our verdict (agrees / disagrees / cannot tell at this n).
+# One row per comparison: the difference, its 95% participant-bootstrap interval, n, the direction expected and
+# the verdict (agrees / disagrees / cannot tell at this n). After the paper's claims come ours, labelled as ours:
+# the personal-baseline system (the user's training-day label anchor and channel deviations, `balms.agents.
+# personal_baseline`) against the mean predictor, Health-LLM and its own anchor alone (the per-user training mean);
+# each single-call system on the larger embedded backbone (`size_backbones`) minus the study's backbone, and the
+# paper's mean-predictor claim re-tested on that backbone; notebook 00's supervised baselines, fit on the training
+# days, on the same held-out days with the same interval. A comparison whose cells the profile did not run is
+# listed as "not run".
 
 # %%
-table = study.claims_table(cfg, zs, cot, horizon, phia)
+supervised = study.supervised_records(cfg)
+table = study.claims_table(cfg, zs, cot, horizon, phia, size=size, supervised=supervised)
 report.save_table(table, "cpu_study_claims", artefact="CPU study (claims)", notebook=NB, source=src,
                   profile=cfg.profile, models=ex.models_run(every), n=len(every),
-                  caption=f"the paper's directional claims with 95% participant-bootstrap intervals; {cap}")
-fig = report.forest(table, label="comparison", est="diff", lo="ci_low", hi="ci_high", color_by="verdict",
-                    title=f"The paper's claims on our data: differences with 95% intervals; {cap}; data: {src}; "
-                          f"n per row in the table")
+                  caption=f"the paper's directional claims and ours with 95% participant-bootstrap intervals; {cap}")
+ran = table[table.verdict != study.NOT_RUN]
+fig = report.forest(ran, label="comparison", est="diff", lo="ci_low", hi="ci_high", color_by="verdict",
+                    title=f"The paper's claims and ours on our data: differences with 95% intervals; {cap}; "
+                          f"data: {src}; n per row in the table ({len(table) - len(ran)} not run, listed there)")
 report.save_figure(fig, "cpu_study_claims", artefact="CPU study (claims figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(every), n=len(every))
 table.round(3)
@@ -96,6 +105,8 @@ for claim, g in table.groupby("claim", sort=False):
     for r in g.itertuples():
         print(f"  {r.comparison}: {claims.fmt(r.diff)} (95% CI {claims.fmt(r.ci_low)} to {claims.fmt(r.ci_high)}; "
               f"n = {r.n}) -> {r.verdict}.")
-counts = table["verdict"].value_counts()
-print(f"Overall, with {cap}: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + " of "
-      f"{len(table)} comparisons. These are an embedded CPU model's results, not the paper's backbones.")
+paper_rows = table[~table.claim.isin(study.OURS_CLAIMS)]
+counts = paper_rows["verdict"].value_counts()
+print(f"The paper's claims, with {cap}: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + " of "
+      f"{len(paper_rows)} comparisons. These are an embedded CPU model's results, not the paper's backbones.")
+print(study.ours_sentence(table))

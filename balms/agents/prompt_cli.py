@@ -67,13 +67,17 @@ def _sample(tables, user: str, target: dt.date, lookback: int):
 
 
 def _run(args) -> int:
-    from balms.agents.registry import make_agent
+    from balms.agents.registry import get_system, make_agent
 
+    styles = get_system(args.system).prompt_styles
+    style = args.style or styles[0]
+    if style not in styles:
+        raise SystemExit(f"--style {style} does not apply to {args.system}: its style(s) {list(styles)}")
     target = dt.date.fromisoformat(args.target)
     tables = _tables(args.dataset, args.raw)
     lookback = args.lookback or get_dataset(args.dataset).default_lookback
     sample, note = _sample(tables, args.user, target, lookback)
-    opts: dict = {"style": args.style}
+    opts: dict = {"style": style}
     if args.channels:
         opts["channels"] = args.channels[0] if len(args.channels) == 1 else list(args.channels)
     if args.no_context:
@@ -85,7 +89,7 @@ def _run(args) -> int:
     if args.model and args.system != "raptor":
         raise SystemExit("--model is only needed for raptor (its day summaries); healthllm and rag call no model here")
     agent = make_agent(args.system, cot=args.cot, **opts)
-    info = [f"{args.system} style={args.style} {'cot' if args.cot else 'zero-shot'}: {tables.name} "
+    info = [f"{args.system} style={style} {'cot' if args.cot else 'zero-shot'}: {tables.name} "
             f"({tables.source}) user {sample.user}, target {sample.target_date}, look-back {sample.lookback} "
             f"({sample.window_start} .. {sample.window_end})"]
     if note:
@@ -105,7 +109,10 @@ def _run(args) -> int:
             info.append(f"retrieved: {ret.meta.get('ids')} ({ret.meta.get('summaries_generated')} summaries "
                         f"generated now)")
     else:
-        msgs = agent.first_prompt(sample, tables)
+        try:
+            msgs = agent.first_prompt(sample, tables)
+        except ValueError as exc:  # e.g. the personal baseline on a day that is not held out
+            raise SystemExit(f"balms prompt: {exc}") from None
         if args.system == "raptor":
             info.append("RAPTOR without --model: day summaries need an LLM, so this prompt comes from a retrieval "
                         "over the sub-day leaves only; pass --model NAME for the exact prompt with summaries")
@@ -138,7 +145,8 @@ def register(subparsers) -> None:
     p.add_argument("--target", required=True, help="target day YYYY-MM-DD (the window ends the day before)")
     p.add_argument("--lookback", type=int, default=None, help="days (default: 7 DiversityOne, 14 otherwise)")
     p.add_argument("--system", default="healthllm", choices=prompt_systems())
-    p.add_argument("--style", default="paper", choices=("paper", "corrected"))
+    p.add_argument("--style", default=None, choices=("paper", "corrected"),
+                   help="default: the system's first (paper for the paper's systems, corrected for ours)")
     p.add_argument("--cot", action="store_true", help="the chain-of-thought variant")
     p.add_argument("--channels", nargs="+", default=None,
                    help="channel names, a device (wearable, phone) or all (default: the style's set)")

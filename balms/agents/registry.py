@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from balms.agents.base import Agent
 from balms.agents.healthllm import HealthLLMAgent
+from balms.agents.personal_baseline import PersonalBaselineAgent
 from balms.agents.phia import PhiaAgent
 from balms.agents.rag import RAGAgent
 from balms.agents.raptor import RaptorAgent
@@ -76,6 +77,12 @@ _BUILTIN = (
                cost="phia", budget_role="phia_step", fixed_options={"executor": "faithful"},
                config_fields={"max_iters": "phia_max_iters", "primer": "phia_primer", "fence_stop": "phia_fence_stop",
                               "force_answer": "phia_force_answer"}),
+    # ours (issue 26): the paper's lesson as a system; runs only where a profile or parameter names it
+    SystemSpec("personal_baseline", PersonalBaselineAgent, "Personal baseline",
+               "one prompt with the user's training-day label anchor and the window as deviations from the user's "
+               "own training-day channel means", paper=False, batchable=True, prompt_styles=("corrected",),
+               config_fields={"split_seed": "seed", "force_answer": "cot_force_answer",
+                              "force_missing": "cot_force_missing"}),
 )
 _SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in _BUILTIN}
 _PLUGINS_LOADED = False

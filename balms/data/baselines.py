@@ -63,10 +63,10 @@ def _mae(y, p) -> float:
     return float(np.mean(np.abs(np.asarray(y, float) - np.asarray(p, float)))) if len(y) else float("nan")
 
 
-def run_baselines(samples_train: list[Sample], samples_test: list[Sample], tables: DatasetTables,
-                  *, seed: int = 0, channels: list[str] | None = None) -> pd.DataFrame:
-    """One row per baseline: name, mae (raw prediction), mae_rounded (integer, clipped to the scale),
-    prediction (for constant predictors), n_train, n_test."""
+def baseline_predictions(samples_train: list[Sample], samples_test: list[Sample], tables: DatasetTables,
+                         *, seed: int = 0, channels: list[str] | None = None) -> dict[str, tuple[np.ndarray, str]]:
+    """{baseline: (one prediction per test sample, note)}: every baseline fit on the training samples only.
+    `run_baselines` scores these; the CPU study's claims table pairs them with the LLM cells sample by sample."""
     from sklearn.ensemble import GradientBoostingRegressor
     from sklearn.impute import SimpleImputer
     from sklearn.linear_model import Ridge
@@ -75,23 +75,14 @@ def run_baselines(samples_train: list[Sample], samples_test: list[Sample], table
 
     tr, te = list(samples_train), list(samples_test)
     ytr = np.array([s.label for s in tr], float)
-    yte = np.array([s.label for s in te], float)
-    lo, hi = tables.target.scale_min, tables.target.scale_max
-
-    def row(name, pred, constant=None, note=""):
-        pred = np.asarray(pred, float)
-        return dict(baseline=name, mae=_mae(yte, pred), mae_rounded=_mae(yte, np.clip(np.round(pred), lo, hi)),
-                    prediction=constant, n_train=len(tr), n_test=len(te), note=note)
-
-    rows = []
     mu = float(ytr.mean()) if len(ytr) else float("nan")
-    rows.append(row("mean_predictor", np.full(len(te), mu), constant=mu, note="training-set mean label"))
+    out = {"mean_predictor": (np.full(len(te), mu), "training-set mean label")}
     per_user = pd.Series(ytr, index=[s.user for s in tr]).groupby(level=0).mean()
-    rows.append(row("per_user_mean", [per_user.get(s.user, mu) for s in te],
-                    note="user's training mean; global mean if unseen"))
+    out["per_user_mean"] = (np.array([per_user.get(s.user, mu) for s in te], float),
+                            "user's training mean; global mean if unseen")
     last = _labels_before(tables, te)
-    rows.append(row("last_observed_label", np.where(np.isnan(last), mu, last),
-                    note="most recent label before the target day; training mean if none"))
+    out["last_observed_label"] = (np.where(np.isnan(last), mu, last),
+                                  "most recent label before the target day; training mean if none")
     if len(tr) >= 5 and len(te):
         Xtr, Xte = summary_features(tables, tr, channels), summary_features(tables, te, channels)
         keep = Xtr.columns[Xtr.notna().any()]
@@ -105,5 +96,20 @@ def run_baselines(samples_train: list[Sample], samples_test: list[Sample], table
         }
         for name, m in models.items():
             m.fit(Xtr, ytr)
-            rows.append(row(name, m.predict(Xte), note="window summary features (mean, last, slope, missing)"))
+            out[name] = (m.predict(Xte), "window summary features (mean, last, slope, missing)")
+    return out
+
+
+def run_baselines(samples_train: list[Sample], samples_test: list[Sample], tables: DatasetTables,
+                  *, seed: int = 0, channels: list[str] | None = None) -> pd.DataFrame:
+    """One row per baseline: name, mae (raw prediction), mae_rounded (integer, clipped to the scale),
+    prediction (for constant predictors), n_train, n_test."""
+    tr, te = list(samples_train), list(samples_test)
+    yte = np.array([s.label for s in te], float)
+    lo, hi = tables.target.scale_min, tables.target.scale_max
+    rows = []
+    for name, (pred, note) in baseline_predictions(tr, te, tables, seed=seed, channels=channels).items():
+        constant = float(pred[0]) if name == "mean_predictor" and len(pred) else None
+        rows.append(dict(baseline=name, mae=_mae(yte, pred), mae_rounded=_mae(yte, np.clip(np.round(pred), lo, hi)),
+                         prediction=constant, n_train=len(tr), n_test=len(te), note=note))
     return pd.DataFrame(rows)

@@ -287,7 +287,11 @@ def _as_list(x) -> list[Sample]:
     return list(x.samples) if isinstance(x, SampleSet) else list(x)
 
 
-def split_target_days(sampleset_or_samples, *, test_frac: float = 0.3,
+# The share of each user's target days held out for evaluation (the paper does not state its split; ours).
+TEST_FRAC = 0.3
+
+
+def split_target_days(sampleset_or_samples, *, test_frac: float = TEST_FRAC,
                       seed: int = 0) -> tuple[list[Sample], list[Sample]]:
     """Held-out target days: within each user, a seeded random `test_frac` of the days is test, so
     every user with >= 2 samples is in both parts (the paper's shared target-day split)."""
@@ -308,6 +312,16 @@ def split_target_days(sampleset_or_samples, *, test_frac: float = 0.3,
     train = [s for i, s in enumerate(samples) if i not in test_ix]
     test = [s for i, s in enumerate(samples) if i in test_ix]
     return train, test
+
+
+def target_day_split(tables: DatasetTables, *, lookback: int | None = None,
+                     seed: int = 0) -> tuple[SampleSet, list[Sample], list[Sample]]:
+    """The benchmark's evaluation split of a dataset: its samples (default sample rule, `lookback` or the
+    dataset's own) and their seeded target-day split. The one definition the cohorts (mean predictor, the
+    evaluated days) and the personal-baseline agent (its training-day baselines) share."""
+    ss = build_samples(tables, lookback=lookback)
+    train, test = split_target_days(ss.samples, seed=seed)
+    return ss, train, test
 
 
 def split_participants(sampleset_or_samples, *, test_frac: float = 0.3,

@@ -17,13 +17,19 @@ from balms import paths
 from balms.data.baselines import run_baselines
 from balms.data.loading import load_dataset, load_from_dir
 from balms.data.registry import DATASETS, dataset_names, get_dataset
-from balms.data.samples import DEFAULT_RULE, SAMPLE_RULE_TEXT, SAMPLE_RULES, build_samples, split_target_days
+from balms.data.samples import (
+    DEFAULT_RULE,
+    SAMPLE_RULE_TEXT,
+    SAMPLE_RULES,
+    TEST_FRAC,
+    build_samples,
+    split_target_days,
+)
 
 # The paper's Table 5 / Section 4.1 figures, printed beside ours.
 PAPER = {n: (get_dataset(n).paper_n_samples, get_dataset(n).paper_mean_predictor_mae) for n in dataset_names()}
 
 # The evaluation rule, one statement used by the README, notebook 00 and the cohorts (balms.experiments.cohorts).
-TEST_FRAC = 0.3
 EVALUATION_RULE = (
     "Samples are built with the sample rule {rule!r} ({rule_text}). Within each user, a seeded random "
     f"{TEST_FRAC:.0%} of the target days is held out (balms.data.samples.split_target_days). Every system and the "

@@ -6,7 +6,7 @@ results land in the response cache. Phase 2 is the normal run: every call is a c
 accounting and resumption are exactly those of a direct run (a batched call is recorded at latency 0: batch
 latency is hours and not the model's; notebook 06's Claude latencies need a direct run).
 
-Covered: single-call cells (Health-LLM and RAG, zero-shot and CoT): all their calls. Not covered, by design:
+Covered: single-call cells (the registry's batchable systems, zero-shot and CoT): all their calls. Not covered:
 multi-step cells (PHIA steps depend on earlier outputs; RAPTOR's answer prompt needs its day summaries): they
 fall back to direct calls at list price. A batch that failed some requests leaves those to direct calls too,
 and `prefetch_cell` reports them.

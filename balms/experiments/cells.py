@@ -16,7 +16,7 @@ from functools import lru_cache
 from balms.experiments.config import ExperimentConfig
 
 NOTEBOOKS = ("01_prediction", "02_cot", "03_long_horizon", "04_ablations", "05_phia_failures", "06_latency",
-             "07_rationale_quality")
+             "07_rationale_quality", "08_cpu_study")
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,9 @@ def cells_for(notebook: str, cfg: ExperimentConfig) -> list[CellDecl]:
     if notebook == "07_rationale_quality":  # the CoT cell of each judged (dataset, system, backbone)
         return list(dict.fromkeys(CellDecl(notebook, "judged", d, s, cfg.models_for(s, [m0])[0], True)
                                   for d in cfg.judged_datasets for m0 in cfg.backbones for s in cfg.judge_systems))
+    if notebook == "08_cpu_study":  # besides re-reading 01/02/03/05's cells: the model-size check
+        return _grid(cfg, notebook, "size", datasets=cfg.datasets, systems=cfg.size_systems,
+                     models=cfg.size_backbones) if cfg.size_backbones else []
     return []
 
 

@@ -65,11 +65,10 @@ def sample_order(n_pool: int, base: int, seed: int) -> np.ndarray:
 @lru_cache(maxsize=None)
 def _cohort(dataset: str, lookback: int | None, raw_root: str | None, seed: int) -> Cohort:
     from balms.data.loading import load_dataset
-    from balms.data.samples import build_samples, split_target_days
+    from balms.data.samples import target_day_split
 
     tables = load_dataset(dataset, Path(raw_root) if raw_root else None)
-    ss = build_samples(tables, lookback=lookback)
-    train, test = split_target_days(ss.samples, seed=seed)
+    ss, train, test = target_day_split(tables, lookback=lookback, seed=seed)
     return Cohort(dataset, tables, ss, list(train), list(test))
 
 

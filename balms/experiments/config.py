@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from balms import paths
-from balms.agents.registry import PAPER_SYSTEMS, system_names
+from balms.agents.registry import PAPER_SYSTEMS, get_system, system_names
 from balms.data.registry import DATASETS
 
 # the profiles ship inside the package (an installed wheel has them); `profiles/` in the checkout links here
@@ -88,6 +88,9 @@ class ExperimentConfig(BaseModel):
     horizon_datasets: list[str] = ["pmdata", "globem"]
     horizon_backbone: str | None = None  # None: the first backbone
     horizon_systems: list[str] = ["healthllm", "rag", "phia"]
+    # the model-size check of notebook 08 (the CPU study): the zero-shot cells of the single-call systems among
+    # `systems` (registry cost model "single") repeated on each of these backbones, on the same samples
+    size_backbones: list[str] = []
     # ablations (04) and PHIA executors (05)
     ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
@@ -144,6 +147,14 @@ class ExperimentConfig(BaseModel):
         bad = [s for s in v or [] if s not in known]
         if bad:
             raise ValueError(f"unknown system(s) {bad}; known: {known}")
+        return v
+
+    @field_validator("horizon_systems")
+    @classmethod
+    def _horizon_split(cls, v: list[str]) -> list[str]:
+        if "personal_baseline" in v:  # its baselines follow the default look-back's split (its split_lookback)
+            raise ValueError("personal_baseline cannot run in the look-back sweep: the sweep draws its target days "
+                             "from another split (the longest look-back's), which its baselines do not follow")
         return v
 
     @field_validator("lookback")
@@ -203,6 +214,11 @@ class ExperimentConfig(BaseModel):
         keys = ([f"{dataset}.{system}.cot"] if system and cot else []) + ([f"{dataset}.{system}"] if system else []) \
             + ([f"{dataset}.cot"] if cot else []) + [dataset]
         return next((self.n_samples_by[k] for k in keys if k in self.n_samples_by), self.n_samples)
+
+    @property
+    def size_systems(self) -> list[str]:
+        """The systems notebook 08 repeats on `size_backbones`: the single-call ones among `systems`."""
+        return [s for s in self.systems if get_system(s).cost == "single"]
 
     def runs_cot(self, system: str) -> bool:
         """Whether `system` has CoT cells (`cot_systems`, None = every system)."""

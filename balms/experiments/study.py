@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from balms import metrics
-from balms.experiments.claims import verdict
+from balms.experiments.claims import fmt, verdict
 from balms.experiments.cohorts import cohort
 from balms.experiments.config import ExperimentConfig
 
@@ -25,7 +25,22 @@ CLAIMS = {
     "lookback_healthllm": "Health-LLM degrades with a longer look-back (MAE at the longest above the shortest).",
     "phia_collapse": "PHIA collapses to one label (its modal answer is more frequent than the commonest gold label).",
     "phia_executor": "The improved executor reduces PHIA's collapse (its modal-answer share below the faithful one's).",
+    # ours (issue 26): the paper stops at diagnosis; these test the fix it points at, and the model size
+    "personal_baseline_mean": "Ours, not the paper's: the personal-baseline system (the user's training-day label "
+                              "anchor and channel deviations) beats the mean predictor (its MAE is lower).",
+    "personal_baseline_healthllm": "Ours, not the paper's: the personal-baseline system beats Health-LLM zero-shot "
+                                   "(same backbone, same days).",
+    "personal_baseline_user_mean": "Ours: the personal-baseline system against its own anchor alone, the per-user "
+                                   "training mean (no claim; which side it falls on).",
+    "model_size": "Ours, not the paper's: a larger embedded backbone lowers each single-call system's MAE (same "
+                  "days; the size backbone minus the study's backbone).",
+    "supervised": "Notebook 00's baselines fit on the training days, on the same held-out days: their MAE minus the "
+                  "mean predictor's (no claim of the paper; beside the LLM systems, one interval method).",
 }
+NOT_RUN = "not run"
+OURS = "personal_baseline"
+OURS_CLAIMS = ("personal_baseline_mean", "personal_baseline_healthllm", "personal_baseline_user_mean", "model_size",
+               "supervised")
 
 
 def claim_verdict(expect: str | None, diff, lo, hi) -> str:
@@ -44,6 +59,12 @@ def _row(claim, comparison, expect, d: dict, **extra) -> dict:
     return {"claim": claim, "comparison": comparison, "expected": expect or "none", "diff": d["diff"],
             "ci_low": d["ci_low"], "ci_high": d["ci_high"], "n": d["n"],
             "verdict": claim_verdict(expect, d["diff"], d["ci_low"], d["ci_high"]), **extra}
+
+
+def _not_run(claim, comparison, expect, **extra) -> dict:
+    """A comparison whose cells are absent: listed, with no numbers, so the table shows what was not run."""
+    return {"claim": claim, "comparison": comparison, "expected": expect or "none", "diff": math.nan,
+            "ci_low": math.nan, "ci_high": math.nan, "n": 0, "verdict": NOT_RUN, **extra}
 
 
 def _paired(a: pd.DataFrame, b, **kw) -> dict:
@@ -73,14 +94,83 @@ def _mode_share_diff(a: pd.DataFrame, b: pd.DataFrame | None, *, seed: int = 0) 
     return {"diff": diff, "ci_low": lo, "ci_high": hi, "n": int(len(ind_a))}
 
 
+def supervised_records(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:
+    """Notebook 00's baselines (balms.data.baselines.baseline_predictions, fit on the training days) as records on
+    the zero-shot cells' evaluation samples (same look-back windows): dataset, baseline, sample_id, user, label,
+    prediction (unrounded, as the mean predictor is scored)."""
+    from balms.data.baselines import baseline_predictions
+    from balms.experiments.cohorts import with_lookback
+    from balms.experiments.grid import eval_samples
+
+    rows = []
+    for d in datasets or cfg.datasets:
+        co = cohort(d, cfg)
+        ev = eval_samples(cfg, d)
+        train = [with_lookback(s, cfg.lookback) for s in co.train] if cfg.lookback else co.train
+        for name, (pred, _) in baseline_predictions(train, ev, co.tables, seed=cfg.seed).items():
+            if name != "mean_predictor":  # the mean predictor is the reference of every row
+                rows += [{"dataset": d, "baseline": name, "sample_id": s.sample_id, "user": s.user, "label": s.label,
+                          "prediction": float(p)} for s, p in zip(ev, pred, strict=True)]
+    return pd.DataFrame(rows, columns=["dataset", "baseline", "sample_id", "user", "label", "prediction"])
+
+
+def _cell(df: pd.DataFrame, d: str, s: str, m: str) -> pd.DataFrame:
+    return df[(df.dataset == d) & (df.system == s) & (df.model == m)] if len(df) else df
+
+
+def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, supervised: pd.DataFrame) -> list[dict]:
+    """The rows issue 26 adds, per dataset of the profile; a comparison whose cells are absent says "not run"."""
+    from balms.agents.registry import get_system, system_names
+
+    rows = []
+    base_model = cfg.backbones[0]
+    single = [s for s in system_names() if get_system(s).cost == "single"]
+    for d in cfg.datasets:
+        mean = cohort(d, cfg).train_mean
+        pb, hl = _cell(zs, d, OURS, base_model), _cell(zs, d, "healthllm", base_model)
+        kw = dict(dataset=d, system=OURS, model=base_model)
+        what = f"{d} personal_baseline (ours) zero-shot"
+        rows.append(_row("personal_baseline_mean", f"{what} - mean predictor", "lower", _paired(pb, mean), **kw)
+                    if len(pb) else _not_run("personal_baseline_mean", f"{what} - mean predictor", "lower", **kw))
+        rows.append(_row("personal_baseline_healthllm", f"{what} - healthllm zero-shot", "lower", _paired(pb, hl), **kw)
+                    if len(pb) and len(hl) else
+                    _not_run("personal_baseline_healthllm", f"{what} - healthllm zero-shot", "lower", **kw))
+        um = supervised[(supervised.dataset == d) & (supervised.baseline == "per_user_mean")] if len(supervised) \
+            else supervised
+        rows.append(_row("personal_baseline_user_mean", f"{what} - per-user training mean", None, _paired(pb, um), **kw)
+                    if len(pb) and len(um) else
+                    _not_run("personal_baseline_user_mean", f"{what} - per-user training mean", None, **kw))
+        for big in cfg.size_backbones or ["(no size_backbones)"]:
+            for s in single:
+                a, b = _cell(size, d, s, big), _cell(zs, d, s, base_model)
+                c = f"{d} {get_system(s).label} zero-shot {big} - {base_model}"
+                kw = dict(dataset=d, system=s, model=f"{big} - {base_model}")
+                rows.append(_row("model_size", c, "lower", _paired(a, b), **kw) if len(a) and len(b)
+                            else _not_run("model_size", c, "lower", **kw))
+        for name, g in (supervised[supervised.dataset == d].groupby("baseline", sort=False) if len(supervised)
+                        else []):
+            rows.append(_row("supervised", f"{d} {name} (fit on training days) - mean predictor", None,
+                             _paired(g, mean), dataset=d, system=name, model="supervised"))
+    return rows
+
+
 def claims_table(cfg: ExperimentConfig, zs: pd.DataFrame, cot: pd.DataFrame, horizon: pd.DataFrame,
-                 phia: pd.DataFrame) -> pd.DataFrame:
+                 phia: pd.DataFrame, size: pd.DataFrame | None = None,
+                 supervised: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per comparison: claim, comparison, expected sign, difference with its 95% interval, n, verdict.
 
     `zs`, `cot`: records of the zero-shot and CoT cells; `horizon`: the look-back sweep; `phia`: PHIA records
-    with an `executor` column."""
+    with an `executor` column; `size`: notebook 08's zero-shot cells on `size_backbones` (the paper's mean-predictor
+    claim is re-tested on them too); `supervised`: `supervised_records`. Ours follow the paper's rows."""
+    size = size if size is not None else pd.DataFrame(columns=zs.columns)
+    supervised = supervised if supervised is not None else supervised_records(cfg)
+    from balms.agents.registry import get_system
+
     rows = []
-    for (d, s, m), g in zs.groupby(["dataset", "system", "model"], sort=False):
+    both = pd.concat([zs, size], ignore_index=True) if len(size) else zs
+    for (d, s, m), g in both.groupby(["dataset", "system", "model"], sort=False):
+        if not get_system(s).paper:  # the paper's claim is about its systems; ours has its own rows
+            continue
         rows.append(_row("mean_predictor", f"{d} {s} zero-shot - mean predictor", "higher",
                          _paired(g, cohort(d, cfg).train_mean), dataset=d, system=s, model=m))
     for (d, s, m), g in cot.groupby(["dataset", "system", "model"], sort=False):
@@ -107,6 +197,7 @@ def claims_table(cfg: ExperimentConfig, zs: pd.DataFrame, cot: pd.DataFrame, hor
                              _mode_share_diff(improved, faithful), dataset=d, system="phia", model=m))
             rows.append(_row("phia_executor", f"{d} PHIA improved - faithful MAE", "lower",
                              _paired(improved, faithful), dataset=d, system="phia", model=m))
+    rows += ours_rows(cfg, zs, size, supervised)
     return pd.DataFrame(rows)
 
 
@@ -132,3 +223,30 @@ def power_table(cfg: ExperimentConfig, records: pd.DataFrame, dataset: str, ns=(
     out = pd.DataFrame(rows)
     out["half_width"] = out["width"] / 2
     return out
+
+
+ANSWER = {"agrees": "yes, lower MAE (interval below 0)", "disagrees": "no, higher MAE (interval above 0)"}
+
+
+def ours_sentence(table: pd.DataFrame) -> str:
+    """The answer to issue 26's two questions, from the table's verdicts: does the personal baseline beat the mean
+    predictor and Health-LLM, and does the larger backbone change any of the paper's claims."""
+    out = []
+    for claim, what in (("personal_baseline_mean", "beat the mean predictor"),
+                        ("personal_baseline_healthllm", "beat Health-LLM zero-shot")):
+        for r in table[table.claim == claim].itertuples():
+            out.append(f"{r.dataset}: does the personal baseline (ours) {what}? {ANSWER.get(r.verdict, r.verdict)}"
+                       + (f" ({fmt(r.diff)}, 95% CI {fmt(r.ci_low)} to {fmt(r.ci_high)}; n = {r.n})"
+                          if r.verdict != NOT_RUN else "") + ".")
+    size = table[table.claim == "model_size"]
+    if len(size):
+        ran = size[size.verdict != NOT_RUN]
+        each = ", ".join(f"{r.dataset} {r.system}: {r.verdict}" for r in ran.itertuples())
+        out.append(f"The larger backbone lowers the MAE: {each}." if len(ran) else "Larger backbone: not run.")
+        bigs = {m.split(" - ")[0] for m in ran.model} if len(ran) else set()
+        mp = table[(table.claim == "mean_predictor") & table.model.isin(bigs)]
+        if len(mp):
+            out.append("The paper's mean-predictor claim on the larger backbone: "
+                       + ", ".join(f"{r.dataset} {r.system}: {r.verdict}" for r in mp.itertuples()) + ".")
+    return " ".join(out) or "No comparison of ours in this table."
+
