@@ -55,28 +55,46 @@ def figure_caption(row: dict) -> str:
     models = [m for m in row["models"].split(";") if m]
     n = f"{float(row['n']):.0f}" if row.get("n") not in (None, "") else "not recorded"
     text = f"**{row['artefact']}**{': ' + row['caption'] if row.get('caption') else ''}."
-    return f"{text} Model: {model_caption(models) if models else 'none (no model call)'}; data: {row['source']}; n = {n}."
+    model = model_caption(models) if models else "none (no model call)"
+    return f"{text} Model: {model}; data: {row['source']}; n = {n}."
 
 
 def caption_figures(nb: dict, index: dict[str, dict], where: str) -> int:
-    """Put a myst-nb figure caption and a label (fig-<stem>) on each cell that saves a figure; returns how many."""
-    done = 0
+    """Caption each figure a cell saves; returns how many.
+
+    The figure's image moves to its own input-less cell right after the code (myst-nb captions every output of a
+    cell, and a cell may also show a table); that cell carries the caption and the label fig-<stem>.
+    """
+    done, cells = 0, []
     for i, cell in enumerate(nb["cells"]):
+        cells.append(cell)
         if cell["cell_type"] != "code":
             continue
         stems = SAVE_FIGURE.findall("".join(cell["source"]))
         if not stems:
             continue
         if len(stems) > 1:
-            raise ValueError(f"{where} cell {i}: saves {len(stems)} figures ({stems}); one figure per cell is captioned")
+            raise ValueError(f"{where} cell {i}: saves {len(stems)} figures ({stems}); one per cell can be captioned")
         stem = stems[0]
+        images = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        if stem not in index and not images:
+            continue  # the branch that saves it did not run (the cell's output says why)
         if stem not in index:
             raise KeyError(f"{where} cell {i}: figure {stem!r} has no row in the artefact index; re-run make paper")
-        if not any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])):
-            raise ValueError(f"{where} cell {i}: saves figure {stem!r} but shows no image; was the notebook executed?")
-        cell["metadata"]["mystnb"] = {"figure": {"caption": figure_caption(index[stem]),
-                                                 "name": "fig-" + stem.replace("_", "-")}}
+        if len(images) != 1:
+            raise ValueError(f"{where} cell {i}: saves figure {stem!r} but shows {len(images)} images; "
+                             "was the notebook executed?")
+        # the Path save_figure returned, shown as the cell's value, becomes the caption's last words
+        path_repr = [o for o in cell["outputs"] if o["output_type"] == "execute_result"
+                     and "".join(o["data"].get("text/plain", "")).startswith(("PosixPath(", "WindowsPath("))]
+        cell["outputs"] = [o for o in cell["outputs"] if not any(o is x for x in images + path_repr)]
+        saved = f" Saved as `{index[stem]['path']}` (and `.pdf`)." if path_repr else ""
+        cells.append({"cell_type": "code", "id": f"figure-{stem}", "execution_count": None, "source": f"# {stem}",
+                      "outputs": images,
+                      "metadata": {"tags": ["remove-input"], "mystnb": {"figure": {
+                          "caption": figure_caption(index[stem]) + saved, "name": "fig-" + stem.replace("_", "-")}}}})
         done += 1
+    nb["cells"] = cells
     return done
 
 
