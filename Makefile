@@ -171,8 +171,10 @@ book: ## The book: docs/ and the committed executed notebooks (demo; CPU study's
 	$(PY) scripts/build_book.py --out build/book
 
 LAB_PORT ?= 8888
-lab: ## JupyterLab on notebooks/ with the project's balms kernel (LAB_PORT=8888)
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(LAB_PORT) --MappingKernelManager.default_kernel_name=balms
+LAB_ARGS ?=
+lab: ## JupyterLab on notebooks/ with the project's balms kernel (LAB_PORT=8888, LAB_ARGS="--no-browser ...")
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(LAB_PORT) --MappingKernelManager.default_kernel_name=balms \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
 	$(PY) -m balms.report html --profile $(PROFILE) --out report

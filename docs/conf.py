@@ -24,5 +24,7 @@ html_theme_options = {
     "use_download_button": True,
     "home_page_in_toc": True,
 }
+# an explicit mode: with none, the theme logs "invalid theme mode" on a first visit from a file:// URL
+html_context = {"default_mode": "light"}
 html_show_sourcelink = False
 html_last_updated_fmt = None

@@ -21,8 +21,8 @@
 # **Paper artefact:** Table 3 (zero-shot columns) and its figure.
 #
 # **What to look at:** in the Table 3 figure, each system's bar and interval against the dashed mean-predictor line,
-# and the paper's backbones as black marks beside our bar; in the table above it, the `paper_` and `ours_` columns
-# side by side.
+# and the paper's backbones as black marks beside our bar; in Table 3 above it, each paper backbone's column
+# (`paper ...`) beside ours (`ours ...`).
 #
 # **Time on the demo profile:** 6:55 cold, 0:08 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).

@@ -110,12 +110,12 @@ def test_figure_captions_come_from_the_artefact_index():
     assert cap.startswith("**Table 3 (figure)**.") and "qwen2.5-coder-0.5b (embedded CPU model" in cap
     assert "data: real" in cap and "n = 20" in cap
     nb = {"cells": [{"cell_type": "code", "source": ['report.save_figure(fig, "table3_zero_shot_mae", artefact=1)'],
-                     "metadata": {}, "outputs": [{"data": {"image/png": "x"}}]}]}
+                     "metadata": {}, "outputs": [{"output_type": "display_data", "data": {"image/png": "x"}}]}]}
     with pytest.raises(KeyError, match="no row in the artefact index"):
         build_book.caption_figures(json.loads(json.dumps(nb)), {}, "nb")
     assert build_book.caption_figures(nb, {"table3_zero_shot_mae": row}, "nb") == 1
     code, figure = nb["cells"]
-    assert code["outputs"] == [] and figure["outputs"] == [{"data": {"image/png": "x"}}]
+    assert code["outputs"] == [] and figure["outputs"][0]["data"] == {"image/png": "x"}
     assert figure["metadata"]["mystnb"]["figure"]["name"] == "fig-table3-zero-shot-mae"
     nb["cells"] = [code]
     with pytest.raises(ValueError, match="shows 0 images"):
@@ -186,7 +186,9 @@ def test_two_clicks_from_the_readme_to_table3s_figure(book):
     readme_links = MD_LINK.findall((ROOT / "README.md").read_text())
     front = html / Path(next(link for link in readme_links if link.startswith("build/book/"))).relative_to("build/book")
     assert not browser.load(front.as_uri())  # click 1
-    href = browser.evaluate("[...document.querySelectorAll('a')].find(a => a.textContent.includes('Table 3')).href")
+    href = browser.evaluate("[...document.querySelectorAll('article a')]"
+                            ".find(a => a.textContent.includes('Table 3 figure')).href")
+    assert "#fig-table3-zero-shot-mae" in href
     assert not browser.load(href)  # click 2
     fig = browser.evaluate("""(() => { const f = document.getElementById(location.hash.slice(1));
       const img = f && f.querySelector('img'); const cap = f && f.querySelector('figcaption');
@@ -194,5 +196,6 @@ def test_two_clicks_from_the_readme_to_table3s_figure(book):
     assert fig and fig["img"], f"{href}: no loaded figure at the link's anchor"
     assert "Table 3" in fig["caption"] and "qwen2.5" in fig["caption"] and "data:" in fig["caption"]
     assert "n = " in fig["caption"]
-    body = browser.evaluate("document.body.innerText")
-    assert "paper_" in body and "ours_" in body, "Table 3's paper and ours columns are on the same page"
+    heads = browser.evaluate("[...document.querySelectorAll('article table th')].map(th => th.textContent)")
+    assert any(h.startswith("paper Qwen2.5") for h in heads) and any(h.startswith("ours qwen2.5") for h in heads), \
+        "Table 3 with the paper's backbones and ours, column by column, is on the figure's page"
