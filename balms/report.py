@@ -17,18 +17,12 @@ import numpy as np
 import pandas as pd
 
 from balms import paths
+from balms.data.loading import source_label  # noqa: F401 - notebooks call report.source_label
+from balms.models.registry import model_caption  # noqa: F401 - notebooks call report.model_caption
 from balms.paper import paper_table  # noqa: F401 - notebooks call report.paper_table
 from balms.paths import index_path, output_dirs  # the index helpers live in paths: report_html uses them too
 
 INDEX_COLUMNS = ["artefact", "path", "notebook", "source", "profile", "models", "n", "caption"]
-
-
-def source_label(sources: Iterable[str]) -> str:
-    """'real', 'synthetic' or 'mixed' for a set of per-dataset sources."""
-    s = {x for x in sources if x}
-    if not s:
-        raise ValueError("no data source given")
-    return s.pop() if len(s) == 1 else "mixed"
 
 
 def _register(profile: str, row: dict) -> None:
@@ -105,17 +99,6 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], values:
     return m[cols]
 
 
-def model_caption(models: Iterable[str]) -> str:
-    """'qwen2.5-coder-1.5b (embedded CPU model, not a paper backbone)' and the like, for titles."""
-    from balms.models.registry import model_info  # local import: report must not load model code eagerly
-
-    parts = []
-    for m in models:
-        info = model_info(m)
-        parts.append(f"{m} (embedded CPU model, not a paper backbone)" if info.is_embedded_cpu else m)
-    return "; ".join(parts)
-
-
 def check_index(profile: str) -> pd.DataFrame:
     """Every indexed artefact exists on disk; raises naming the missing ones."""
     path = index_path(profile)
@@ -137,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("html", help="build the static HTML report")
     h.add_argument("--profile", default="demo")
     h.add_argument("--out", default="report")
+    h.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
+    h.add_argument("--all", action="store_true", help="every run file, superseded cells too")
     a = ap.parse_args(argv)
     if a.cmd == "index":
         idx = check_index(a.profile)
@@ -146,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             print(idx[["artefact", "path", "notebook", "source"]].to_string(index=False))
             print(f"{len(idx)} artefacts, all present ({index_path(a.profile)})")
         return 0
+    from balms.experiments.runfiles import profile_keys
     from balms.report_html import ReportDirError, build_report
 
     try:
-        out = build_report(a.profile, Path(a.out))
+        out = build_report(a.profile, Path(a.out), keys=None if a.all else profile_keys(a.profile, a.set))
     except ReportDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

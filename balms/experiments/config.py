@@ -23,7 +23,8 @@ from balms import paths
 from balms.agents.registry import PAPER_SYSTEMS, system_names
 from balms.data.registry import DATASETS
 
-PROFILES_DIR = paths.PROJECT_ROOT / "profiles"
+# the profiles ship inside the package (an installed wheel has them); `profiles/` in the checkout links here
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 SYSTEMS = PAPER_SYSTEMS  # the default grid: the paper's four (a registered system of ours or a plugin's by name)
 
 

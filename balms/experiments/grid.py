@@ -8,6 +8,7 @@ other code.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -47,6 +48,13 @@ class Cell:
     samples: list[Sample]
     agent: object
 
+    @classmethod
+    def from_spec(cls, spec: CellSpec, cfg: ExperimentConfig | None = None) -> "Cell":
+        """Rebuild a cell from its spec alone (a run manifest's `cell`): the agent from the recorded options, the
+        samples from the recorded ids. `cfg` gives only where the data is (raw_root) and the cache mode. The data
+        must be the data the spec was made on; code changed since gives a new spec (a warning says so)."""
+        return cell_from_spec(spec, cfg)
+
 
 def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, cot: bool = False,
               lookback: int | None = None, options: dict | None = None,
@@ -69,6 +77,51 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
                     options=opts, prompt_style=opts.get("style"), sample_ids=tuple(s.sample_id for s in samples),
                     data_fingerprint=cohort(dataset, cfg).fingerprint, code_fingerprint=code_fingerprint())
     return Cell(spec, samples, agent)
+
+
+def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
+    """See `Cell.from_spec`."""
+    import warnings
+
+    from balms.agents.registry import get_system, make_agent
+    from balms.data.schema import DataError
+
+    cfg = cfg or ExperimentConfig()
+    co = cohort(spec.dataset, cfg)
+    if spec.data_fingerprint and co.fingerprint != spec.data_fingerprint:
+        raise DataError(co.tables.raw_dir or spec.dataset, f"the spec {spec.key()} was made on data with fingerprint "
+                        f"{spec.data_fingerprint}, the data here has {co.fingerprint}: not the same data")
+    by_day = {(s.user, s.target_date.isoformat()): s for s in co.sampleset.samples}
+    samples, missing = [], []
+    for sid in spec.sample_ids:
+        _, user, day, _ = sid.split("/")
+        s = by_day.get((user, day))
+        if s is None:
+            missing.append(sid)
+        else:
+            samples.append(with_lookback(s, spec.lookback) if s.lookback != spec.lookback else s)
+    if missing:
+        raise DataError(co.tables.raw_dir or spec.dataset, f"spec {spec.key()}: {len(missing)} sample(s) not in the "
+                        f"data, e.g. {missing[:3]}")
+    accepted = set(get_system(spec.system).accepted_options())
+    opts = {k: v for k, v in spec.options.items() if k in accepted}
+    if isinstance(opts.get("limits"), dict):
+        from balms.sandbox import SandboxLimits
+
+        opts["limits"] = SandboxLimits(**opts["limits"])
+    agent = make_agent(spec.system, cot=spec.cot, **opts)
+    rebuilt = spec.model_copy(update={"code_fingerprint": code_fingerprint()})
+    differs = sorted(k for k in set(spec.options) | set(agent.options())
+                     if json.dumps(spec.options.get(k), sort_keys=True, default=str)
+                     != json.dumps(agent.options().get(k), sort_keys=True, default=str))
+    if differs:
+        raise ValueError(f"spec {spec.key()}: the agent rebuilt from its options records {differs} differently; "
+                         "the spec was made by other agent code")
+    if rebuilt.key() != spec.key():
+        warnings.warn(f"cell {spec.key()} rebuilt under the current code is {rebuilt.key()} (code fingerprint "
+                      f"{spec.code_fingerprint} -> {rebuilt.code_fingerprint}): it runs into a new run file",
+                      stacklevel=2)
+    return Cell(rebuilt, samples, agent)
 
 
 def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -> list[PredictionRecord]:
@@ -208,8 +261,9 @@ def grid_result(cfg: ExperimentConfig, notebook: str | None = None, *, by: list[
                 **grid_kw) -> GridResult:
     """The notebook's declared cells (else an ad-hoc `run_grid`) + `summarize` + the labels every table and
     figure carries."""
+    from balms.data.loading import source_label
     from balms.experiments.summaries import summarize
-    from balms.report import model_caption, source_label
+    from balms.models.registry import model_caption
 
     recs = run_declared(cfg, notebook, **grid_kw) if notebook else run_grid(cfg, **grid_kw)
     summ = summarize(recs, by=by, cfg=cfg)
