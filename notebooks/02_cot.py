@@ -14,6 +14,17 @@
 # The same cells with the model asked to reason step by step before "Answer: N". The reasoning is also the
 # rationale graded in 07. The paper reports a largest CoT reduction of 41.4% and that CoT helped the
 # reasoning-tuned backbones most (Section 4.2).
+#
+# **What it teaches:** chain-of-thought prompting: the same cells with reasoning before the answer, and how to read a
+# relative change.
+#
+# **Paper artefact:** Table 3's "+CoT" columns and the CoT relative-change figure.
+#
+# **What to look at:** in the figure, the sign of each cell's relative MAE change (below 0: CoT helped); beside it,
+# how often a reasoning reply had to be asked for its answer (`forced_rate`).
+#
+# **Time on the demo profile:** 1:53 cold, 0:07 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -18,8 +18,16 @@
 # output observed) and our **improved** one (persistent state, last expression shown, schema card, short
 # tracebacks) on the same windows, and count every failure in every trace.
 #
-# What to look for: our mode rate and modal label beside the paper's, and which failure rates differ between the
-# two executors.
+# **What it teaches:** why the tool-using agent fails: mode collapse and the five failure types F1-F5, counted in
+# every trace, under the paper's executor contract and an improved one.
+#
+# **Paper artefact:** Table 7 (mode collapse) and Appendix B (F1-F5).
+#
+# **What to look at:** in the Table 7 figure, our mode rate and MAE beside the paper's; in the failures figure, which
+# failure rates differ between the faithful and the improved executor.
+#
+# **Time on the demo profile:** 2:33 cold, 0:09 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -19,6 +19,17 @@
 # dimension, the score is the expectation over the judge's score tokens) with `judge_grounding_hint = True` (our
 # extension: the evidence-grounding question sees the checker's findings), because greedy JSON from a CPU model
 # gives every rationale the same scores.
+#
+# **What it teaches:** grading explanations: the paper's two-tier LLM-judge rubric, and a deterministic checker of
+# every numeric claim in a rationale.
+#
+# **Paper artefact:** Figure 4, Tables 6 and 8 (case study D.1).
+#
+# **What to look at:** in Figure 4, Tier-1 conditional accuracy per check; in the D.1 table, whether the judge ranks
+# the two case-study rationales as the paper's reading does.
+#
+# **Time on the demo profile:** 3:55 cold, 0:09 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -17,6 +17,17 @@
 # Health-LLM, does PHIA collapse to one answer and does the improved executor change that), each as a
 # difference with a 95% interval that resamples participants. A claim is called only when its interval excludes
 # zero. The other notebooks of this profile (01, 02, 03, 05) draw the usual tables and figures from the same runs.
+#
+# **What it teaches:** testing the paper's directional claims on the real data with intervals, and what each sample
+# size buys (power).
+#
+# **Paper artefact:** the CPU study (`results/cpu-study/`), beyond the paper.
+#
+# **What to look at:** in the claims figure, each claim's difference and 95% interval: a claim is called only where
+# the interval excludes 0.
+#
+# **Time on the demo profile:** not part of the demo profile (the `cpu-study` profile runs it: hours on 2 cores for
+# its runs, seconds when they are replayed from `results/cpu-study/`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -1,0 +1,30 @@
+"""Sphinx configuration of the book (`make book`; scripts/build_book.py stages docs/ with the executed notebooks).
+
+Sphinx + myst-nb + sphinx-book-theme, used directly: the architecture page says why not Jupyter Book itself.
+"""
+
+project = "balms"
+author = "balms contributors"
+html_title = "balms: a runnable companion to the BALMS paper"
+
+extensions = ["myst_nb"]
+source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
+exclude_patterns = [".doctrees", "**.ipynb_checkpoints"]
+
+# the notebooks are shown as `make paper` executed and committed them: never re-run here
+nb_execution_mode = "off"
+# a notebook's stderr (the runner's progress bars) is not part of its lesson
+nb_output_stderr = "remove"
+myst_enable_extensions = ["colon_fence", "dollarmath", "deflist"]
+myst_heading_anchors = 3
+
+html_theme = "sphinx_book_theme"
+html_theme_options = {
+    "show_toc_level": 2,
+    "use_download_button": True,
+    "home_page_in_toc": True,
+}
+# an explicit mode: with none, the theme logs "invalid theme mode" on a first visit from a file:// URL
+html_context = {"default_mode": "light"}
+html_show_sourcelink = False
+html_last_updated_fmt = None
