@@ -60,8 +60,9 @@ def test_table3_puts_ours_beside_the_papers_column_of_the_same_backbone():
     t3 = ex.table3_paper_vs_ours(summ, mp, cot=False)
     cols = list(t3.columns)
     i = cols.index("paper Qwen2.5-7B-Instruct")
-    assert cols[i + 1:i + 8] == ["ours Qwen2.5-7B-Instruct", "ours Qwen2.5-7B-Instruct CI",
-                                 "ours Qwen2.5-7B-Instruct parse fail", "diff Qwen2.5-7B-Instruct",
+    assert cols[i + 1:i + 9] == ["ours Qwen2.5-7B-Instruct", "ours Qwen2.5-7B-Instruct CI",
+                                 "ours Qwen2.5-7B-Instruct parse fail", "ours Qwen2.5-7B-Instruct errors",
+                                 "diff Qwen2.5-7B-Instruct",
                                  "ours Qwen2.5-7B-Instruct minus mean predictor",
                                  "ours Qwen2.5-7B-Instruct minus mean predictor CI",
                                  "ours Qwen2.5-7B-Instruct n parsed"]

@@ -1,4 +1,4 @@
-"""The README's own-agent example runs as printed: samples with only an id (and a label), a SimpleAgent
+"""The book's own-agent example (docs/architecture.md) runs as printed: samples with only an id (and a label), a SimpleAgent
 subclass, the real runner and records."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fake_servers import FakeBackend
 
 
 def test_readme_example_runs_with_any_sample(tmp_path, monkeypatch):
-    src = (PROJECT_ROOT / "README.md").read_text()
+    src = (PROJECT_ROOT / "docs" / "architecture.md").read_text()
     block = re.search(r"## Your own agent.*?```python\n(.*?)```", src, re.S).group(1)
     import balms.models.registry as reg
 

@@ -221,7 +221,9 @@ def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells():
     from balms.experiments import config
     from balms.experiments.cells import cells_for
 
-    cfg = config.load("cpu-study")
+    # the study's planned extension (its profile names it once the runs are in its bundle)
+    cfg = config.load("cpu-study", systems=["healthllm", "rag", "phia", "personal_baseline"],
+                      size_backbones=["qwen2.5-coder-1.5b"])
     size = cells_for("08_cpu_study", cfg)
     assert size and {c.model for c in size} == set(cfg.size_backbones) and not any(c.cot for c in size)
     assert {c.system for c in size} == {s for s in cfg.systems if get_system(s).cost == "single"}

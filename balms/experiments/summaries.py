@@ -108,7 +108,7 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
                 row[f"ours {b}"] = r.mae if r is not None else np.nan
                 row[f"ours {b} CI"] = f"[{r.mae_ci_low:.2f}, {r.mae_ci_high:.2f}]" if r is not None else ""
                 row[f"ours {b} parse fail"] = r.parse_failure_rate if r is not None else np.nan
-                row[f"ours {b} errors"] = int(r.n_errors) if r is not None else 0
+                row[f"ours {b} errors"] = int(getattr(r, "n_errors", 0)) if r is not None else 0
                 if b in paper_backbones:
                     row[f"diff {b}"] = row[f"ours {b}"] - row[f"paper {b}"]
                 # ours against the mean predictor on the same target days, participant-bootstrap interval
