@@ -1,5 +1,5 @@
-"""The book's own-agent example (docs/architecture.md) runs as printed: samples with only an id (and a label), a SimpleAgent
-subclass, the real runner and records."""
+"""The book's own-agent example (docs/architecture.md) runs as printed: samples with only an id (and a label), a
+SimpleAgent subclass, the real runner and records."""
 
 from __future__ import annotations
 
