@@ -25,7 +25,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent
 # parse. Loaders are not listed: what they produce is covered by the data fingerprint. Judges, metrics and the
 # report are downstream of records and do not re-run cells.
 CODE_PATHS = ("agents", "sandbox", "data/render.py", "data/samples.py", "data/channels.py", "data/schema.py",
-              "records.py", "models/reasoning.py", "cellspec.py")
+              "data/agent_input.py", "data/paper_notation.py", "records.py", "models/reasoning.py", "cellspec.py")
 
 
 def _canonical(obj: Any) -> str:
@@ -37,7 +37,8 @@ def digest(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(_canonical(obj).encode()).hexdigest()[:n]
 
 
-JUDGE_CODE_PATHS = ("judges/llm_judge.py", "judges/rubric.py", "data/render.py", "data/channels.py")
+JUDGE_CODE_PATHS = ("judges/llm_judge.py", "judges/rubric.py", "judges/geval.py", "judges/grounding.py",
+                    "data/render.py", "data/channels.py", "data/agent_input.py", "data/paper_notation.py")
 
 
 def _code_files(root: Path, rels: tuple[str, ...]) -> list[Path]:

@@ -70,7 +70,8 @@ def test_clean_json_every_tier1_and_tier2_value():
     params = be.calls[0][1]
     assert params.temperature == 0 and params.json_schema == judge_json_schema()
     user = be.calls[0][0][1].content
-    assert KW["window_text"] in user and "Gold (self-reported) label: 0" in user and KW["rationale"] in user
+    assert KW["window_text"] in user and "(2) The ground-truth label for that window.\n0\n" in user
+    assert KW["rationale"] in user and res.meta["target"] == "PHQ-4 anxiety" and res.meta["scale"] == [0, 3]
 
 
 @pytest.mark.parametrize("t2", [{d: s for d in TIER2} for s in (1, 2, 3, 4, 5)] + [{d: None for d in TIER2}])
@@ -259,7 +260,7 @@ def test_judge_records_with_text_and_window_sources():
     out = judge_records([rec], {rec.sample_id: "WINDOW TEXT"}, be)
     assert out[0].status == "scored" and out[0].meta["system"] == "healthllm"
     assert out[0].meta["sample_id"] == rec.sample_id
-    assert "WINDOW TEXT" in be.calls[0][0][1].content and "an integer from 0 to 3" in be.calls[0][0][1].content
+    assert "WINDOW TEXT" in be.calls[0][0][1].content and out[0].meta["scale"] == [0, 3]
     s = Sample("globem", "u1", dt.date(2018, 5, 2), 0, 3, dt.date(2018, 4, 29), dt.date(2018, 5, 1))
     w = Window(s, Target("anx", "anxiety", 0, 3),
                pd.DataFrame({"steps": [1.0, 2.0, 920.0]}, index=pd.date_range("2018-04-29", periods=3)),
@@ -271,7 +272,7 @@ def test_judge_records_with_text_and_window_sources():
 
 
 def test_prompt_names_every_dimension():
-    msgs = build_messages(**KW)
+    msgs = build_messages(**{k: v for k, v in KW.items() if k not in ("scale", "target")})
     assert all(d in msgs[1].content for d in DIMENSIONS) and msgs[0].role == "system"
 
 

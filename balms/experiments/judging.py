@@ -3,11 +3,8 @@ beside each run and resumable, the paper's aggregation, and the deterministic gr
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
-from balms.cellspec import JUDGE_CODE_PATHS, code_fingerprint, digest
 from balms.experiments.cohorts import cohort
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import run_cell, run_path_of
@@ -21,15 +18,11 @@ def _window_for_record(cfg: ExperimentConfig, rec: PredictionRecord):
     return window_for_record({rec.dataset: cohort(rec.dataset, cfg).tables}, rec)
 
 
-# the judge's verdicts also depend on the geval mode and the grounding checker it can quote
-JUDGE_KEY_CODE_PATHS = (*JUDGE_CODE_PATHS, "judges/geval.py", "judges/grounding.py")
-
-
 def judge_key(cfg: ExperimentConfig, judge_model: str, model_id: str) -> str:
     """A verdict is reused only when judge model, mode, grounding hint, budget and judge code are unchanged."""
-    return digest({"judge_model": judge_model, "model_id": model_id, "justify": cfg.judge_justify,
-                   "max_tokens": cfg.judge_max_tokens, "mode": cfg.judge_mode,
-                   "grounding_hint": cfg.judge_grounding_hint, "code": code_fingerprint(JUDGE_KEY_CODE_PATHS)})
+    from balms.judges.llm_judge import verdict_key
+
+    return verdict_key(judge_model=judge_model, model_id=model_id, **_judge_options(cfg))
 
 
 def _judge_backend(cfg: ExperimentConfig, judge_model: str):
@@ -50,9 +43,9 @@ def _judge_options(cfg: ExperimentConfig) -> dict:
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,
                models=None) -> pd.DataFrame:
     """Judge the CoT rationale of every prediction of the grid; verdicts are written beside each run as
-    `<run>.judge.jsonl` (resumable, one line per sample) and returned one row per rationale."""
-    from balms.data.render import render_window
-    from balms.judges.llm_judge import JudgeResult, judge_rationale
+    `<run>.judge.jsonl` (resumable, one line per sample, `balms.judges.llm_judge.judge_into`: the same loop and window
+    text as `balms judge run`) and returned one row per rationale."""
+    from balms.judges.llm_judge import judge_into, result_of
 
     judge_model = judge_model or cfg.judge_model
     systems = systems or cfg.judge_systems
@@ -60,6 +53,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
     jkey = judge_key(cfg, judge_model, judge.model_id)
     rows = []
     for d in datasets or cfg.judged_datasets:
+        tables = {d: cohort(d, cfg).tables}
         seen = set()
         for m0 in models or cfg.backbones:
             for s in systems:
@@ -71,45 +65,17 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                 if not recs:
                     continue
                 run_path = run_path_of(cfg, recs[0])
-                jpath = run_path.with_name(run_path.stem + ".judge.jsonl")
-                done = {}
-                if jpath.exists():
-                    for line in jpath.read_text().splitlines():
-                        try:
-                            v = json.loads(line)
-                        except json.JSONDecodeError:
-                            continue  # torn line from a crash: judged again below
-                        if v.get("judge_key") == jkey:
-                            done[v["sample_id"]] = v
-                with jpath.open("a") as fh:
-                    for r in recs:
-                        if r.sample_id not in done:
-                            win = _window_for_record(cfg, r)
-                            res = judge_rationale(judge, window_text=render_window(win), gold=r.label,
-                                                  **_judge_options(cfg), window=win,
-                                                  predicted=r.prediction, rationale=r.rationale,
-                                                  scale=(win.target.scale_min, win.target.scale_max),
-                                                  target=win.target.label,
-                                                  meta={"sample_id": r.sample_id, "dataset": d, "system": s,
-                                                        "model": m, "user": r.user})
-                            done[r.sample_id] = {"sample_id": r.sample_id, "judge_model": judge_model,
-                                                 "judge_key": jkey,
-                                                 **res.model_dump()}
-                            fh.write(json.dumps(done[r.sample_id], default=str) + "\n")
-                            fh.flush()
-                        v = done[r.sample_id]
-                        rows.append({"dataset": d, "system": s, "model": m, "sample_id": r.sample_id,
-                                     "user": r.user, "lookback": r.lookback, "label": r.label,
-                                     "prediction": r.prediction, "rationale": r.rationale, "source": r.source,
-                                     "options": r.options, "judge_model": judge_model,
-                                     "judge_status": v["status"], "judge_unscored_reason": v.get("unscored_reason"),
-                                     "judge_mode": v.get("mode", "paper"),
-                                     "judge_grounding_hint": v.get("grounding_hint", False),
-                                     **{k: val for k, val in v["tier1"].items()},
-                                     **{k: val for k, val in v["tier2"].items()},
-                                     "judge_result": JudgeResult.model_validate(
-                                         {k: val for k, val in v.items()
-                                          if k not in ("sample_id", "judge_model", "judge_key")})})
+                verdicts = judge_into(run_path.with_name(run_path.stem + ".judge.jsonl"), recs, tables, judge,
+                                      judge_model=judge_model, key=jkey, **_judge_options(cfg))
+                for r, v in zip(recs, verdicts, strict=True):
+                    rows.append({"dataset": d, "system": s, "model": m, "sample_id": r.sample_id,
+                                 "user": r.user, "lookback": r.lookback, "label": r.label,
+                                 "prediction": r.prediction, "rationale": r.rationale, "source": r.source,
+                                 "options": r.options, "judge_model": judge_model,
+                                 "judge_status": v["status"], "judge_unscored_reason": v.get("unscored_reason"),
+                                 "judge_mode": v.get("mode", "paper"),
+                                 "judge_grounding_hint": v.get("grounding_hint", False),
+                                 **dict(v["tier1"]), **dict(v["tier2"]), "judge_result": result_of(v)})
     return pd.DataFrame(rows)
 
 
