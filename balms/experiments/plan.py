@@ -376,8 +376,8 @@ def build_plan(
     from balms.agents.rag import user_history
     from balms.agents.raptor import day_tables
     from balms.agents.registry import make_agent
+    from balms.data.agent_input import input_text
     from balms.data.channels import get_window, resolve_channels
-    from balms.data.render import render_window
     from balms.experiments.cohorts import cohort
     from balms.experiments.grid import agent_options, eval_samples
     from balms.judges.rubric import build_messages
@@ -442,9 +442,9 @@ def build_plan(
                 pk = ("judge", d, judged_system)
                 if pk not in prompt_cache:
                     got = []
-                    t = co.tables.target
                     for s in _evenly(samples, per_cell):
-                        win = get_window(
+                        # the judge's window text: the data lines of the agent's prompt (of its look-back window)
+                        win = agent.window(s, co.tables)[0] if hasattr(agent, "window") else get_window(
                             co.tables,
                             s,
                             context=True,
@@ -453,12 +453,10 @@ def build_plan(
                         got.append(
                             _msgs_text(
                                 build_messages(
-                                    window_text=render_window(win),
+                                    window_text=input_text(win, agent.options()),
                                     gold=s.label,
                                     predicted=s.label,
                                     rationale="",
-                                    scale=(t.scale_min, t.scale_max),
-                                    target=t.label,
                                     justify=cfg.judge_justify,
                                 )
                             )
