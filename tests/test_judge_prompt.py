@@ -46,8 +46,8 @@ PAPER_DIMENSIONS = {
     "c6_interaction": "• C6 Interaction. Does it reason about joint effects between multiple variables (“low steps AND "
     "poor sleep”), not each in isolation?",
     "evidence_grounding": "• Evidence Grounding. Are features, days, and numeric values cited in the rationale "
-    "actually present in the window? Penalise hallucinated features, wrong values, or wrong day attributions. 5 = every cited "
-    "fact is verifiable.",
+    "actually present in the window? Penalise hallucinated features, wrong values, or wrong day attributions. "
+    "5 = every cited fact is verifiable.",
     "domain_knowledge": "• Domain Knowledge. Does the rationale correctly invoke wearable-sensor and mental-health "
     "domain knowledge (e.g. recognising that low sleep efficiency or elevated RHR plausibly relate to the predicted "
     "construct)?",
