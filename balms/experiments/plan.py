@@ -63,7 +63,8 @@ ASSUMPTIONS = [
     "RAPTOR: one summary call per (user, memory day) per (dataset, model, channel set), reused across its cells",
     "RAG/RAPTOR prompts built with a stand-in hash embedding for retrieval (same top-k sizes, not the same texts)"
     " unless --embed; RAPTOR answer prompts from leaves only (summaries do not exist before the run)",
-    "judge: one call per CoT rationale of judge_systems; rationale at the backbone's CoT budget (upper bound)",
+    "judge: one call per CoT rationale of judge_systems (geval mode: one one-token call per rubric dimension); "
+    "rationale at the backbone's CoT budget (upper bound)",
     "GPU hours = (prompt/prefill + output/decode tokens per second) x GPUs of one server, per size class; "
     "no prefix caching credit",
     "Claude: list price; with anthropic_batch, Health-LLM and RAG cells (one call per sample) go through the "
@@ -380,7 +381,8 @@ def build_plan(
     from balms.data.channels import get_window, resolve_channels
     from balms.experiments.cohorts import cohort
     from balms.experiments.grid import agent_options, eval_samples
-    from balms.judges.rubric import build_messages
+    from balms.judges import geval
+    from balms.judges.rubric import DIMENSIONS, build_messages
     from balms.models.budgets import budget_for
 
     tp = {k: dict(v) for k, v in THROUGHPUT.items()}
@@ -428,7 +430,9 @@ def build_plan(
                 progress(i, len(cells), cell)
             d = cell.dataset
             co = cohorts[d]
-            samples = samples_for(d, cell.lookback, cell.system, cell.cot)
+            # a judge cell grades the samples of the CoT cell it judges
+            samples = samples_for(d, cell.lookback, cell.extra["system"] if cell.system == "judge" else cell.system,
+                                  cell.cot)
             n = len(samples)
             cnt = counters[cell.model]
             if cell.system == "judge":
@@ -450,23 +454,22 @@ def build_plan(
                             context=True,
                             channels=resolve_channels(co.tables, getattr(agent, "channels", None)),
                         )
-                        got.append(
-                            _msgs_text(
-                                build_messages(
-                                    window_text=input_text(win, agent.options()),
-                                    gold=s.label,
-                                    predicted=s.label,
-                                    rationale="",
-                                    justify=cfg.judge_justify,
-                                )
-                            )
-                        )
+                        inputs = dict(window_text=input_text(win, agent.options()), gold=s.label,
+                                      predicted=s.label, rationale="")
+                        if cfg.judge_mode == "geval":  # one question per dimension, all on one shared prefix
+                            prefix = geval.shared_prefix(**inputs)
+                            got += [_msgs_text(geval.dimension_messages(prefix, dim)) for dim in DIMENSIONS]
+                        else:
+                            got.append(_msgs_text(build_messages(**inputs, justify=cfg.judge_justify)))
                     prompt_cache[pk] = got
                 texts = prompt_cache[pk]
-                p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)
-                out = budget_for(cell.model, "judge", cfg)
-                up = Usage(n, n * (p0 + rat_tokens), n * out)
-                ty = Usage(n, n * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE), n * out * TYPICAL_OUTPUT_SHARE)
+                p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)  # per call
+                # geval: a call per dimension answering one token; paper: one call per rationale at the judge budget
+                per = len(DIMENSIONS) if cfg.judge_mode == "geval" else 1
+                out = 1 if per > 1 else budget_for(cell.model, "judge", cfg)
+                up = Usage(n * per, n * per * (p0 + rat_tokens), n * per * out)
+                ty = Usage(n * per, n * per * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE),
+                           n * per * out * (1 if per > 1 else TYPICAL_OUTPUT_SHARE))
                 plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
                 continue
             agent = make_agent(cell.system, cot=cell.cot,

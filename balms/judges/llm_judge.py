@@ -531,9 +531,15 @@ def aggregate_judgements(results: Iterable[JudgeResult]) -> dict:
     }
 
 
+def general_quality(overall: float) -> float:
+    """The paper's GQ (Figure 4): the Tier-2 overall Likert score rescaled to [0, 1], (overall - 1) / 4."""
+    lo, hi = TIER2_RANGE
+    return (overall - lo) / (hi - lo)
+
+
 def judgement_table(results: Iterable[JudgeResult],
                     by: tuple[str, ...] = ("dataset", "system", "model")) -> pd.DataFrame:
-    """One row per group of `result.meta[by]`: counts, Tier-1 rates, headline, Tier-2 means."""
+    """One row per group of `result.meta[by]`: counts, Tier-1 rates, headline, Tier-2 means, GQ."""
     results = list(results)
     groups: dict[tuple, list[JudgeResult]] = {}
     for r in results:
@@ -551,5 +557,6 @@ def judgement_table(results: Iterable[JudgeResult],
         row["tier1_headline_n_dims"] = len(agg["tier1_headline_dims"])
         for d, r in agg["tier2"].iterrows():
             row[d] = r["mean"]
+        row["gq"] = general_quality(row["overall"])
         rows.append(row)
     return pd.DataFrame(rows)
