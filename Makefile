@@ -87,6 +87,9 @@ NB_TEST := build/test-notebooks
 test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder, current code) and check them with nbval
 	rm -rf $(NB_TEST)
 	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
+	@# the cells the notebooks ran are exactly the cells the plan prices (balms.experiments.cells declares both)
+	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(PY) -m balms.cli runs status --profile smoke --strict
+	BALMS_NB_RUNS=$(CURDIR)/$(NB_TEST)/runs $(PY) -m pytest -q -p no:cacheprovider tests/test_declared_runs.py
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(NB_TEST)/executed
 
 sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)
@@ -165,10 +168,10 @@ bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bund
 	$(MAKE) --no-print-directory export-responses PROFILE=$(PROFILE)
 	$(MAKE) --no-print-directory replay-check PROFILE=$(PROFILE)
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
-	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE)
+	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE) --set "$$BALMS_P"
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
-	$(PY) -m balms.report html --profile $(PROFILE) --out report
+	$(PY) -m balms.report html --profile $(PROFILE) --out report --set "$$BALMS_P"
 
 bench: bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix ## All benchmarks (ratios measured in one run)
 
