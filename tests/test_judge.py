@@ -421,7 +421,7 @@ def test_case_study_items_carry_the_papers_audit():
     items = {it["name"]: it for it in case_study_items()}
     assert set(items) == {"Qwen2.5-7B-Instruct", "Claude-Haiku-4.5"}
     assert items["Qwen2.5-7B-Instruct"]["paper_wrong_day"] == 2 and items["Claude-Haiku-4.5"]["paper_wrong_day"] == 0
-    assert "day 1" in items["Claude-Haiku-4.5"]["window_text"] and items["Claude-Haiku-4.5"]["rationale"]
+    assert "[Steps]: [12104," in items["Claude-Haiku-4.5"]["window_text"] and items["Claude-Haiku-4.5"]["rationale"]
 
 
 def test_judge_vs_grounding_rank_correlation():

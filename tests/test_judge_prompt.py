@@ -165,3 +165,26 @@ def test_case_study_filled_in(capsys):
     assert main(["judge", "prompt", "--case"]) == 0
     out = capsys.readouterr().out
     assert "139" in out and "(2) The ground-truth label for that window.\n0\n" in out
+
+
+# Appendix D.1, "Sensor window (verbatim, as both agents saw it)" (the paper abbreviates the last channel as
+# "(Wifi scans: all NaN.)")
+PAPER_D1_WINDOW = [
+    "[Steps]: [12104, 11883, 14333, 4663, 3931, 7731, 10502, 9261, 12679, 11032, 920, NaN, NaN, NaN] steps",
+    "[Sleep Minutes]: [370, 361, 139, 470, 395, 413, 440, 374, 424, 224, NaN, NaN, NaN, NaN] minutes",
+    "[Sleep Efficiency]: [94, 92, 97, 93, 92, 91, 93, 89, 95, 88, NaN, NaN, NaN, NaN] %",
+    "[Screen Unlock Duration]: [60.5, 164.3, 24.5, 232.5, 402.0, 297.9, 212.8, 188.5, 169.6, 170.7, 254.8, 334.2, "
+    "283.0, 238.3] s",
+    "[Outgoing Calls]: [NaN, NaN, 0, NaN, NaN, 0, NaN, NaN, 0, 0, NaN, 1, NaN, NaN] calls",
+    "[Location Entropy]: [1.52, 1.75, 1.80, 1.05, 1.22, 0.89, 1.02, 0.87, 0.97, 0.83, 0.72, 1.01, 1.17, 0.85]",
+    "[Unique BT Devices]: [17, 11, 7, 1, 1, 8, 26, 15, 17, 24, 3, 9, 31, 28] devices",
+]
+
+
+def test_case_study_judge_sees_the_d1_window_as_the_agents_did():
+    from balms.experiments.judging import case_study_items
+
+    for it in case_study_items():
+        lines = it["window_text"].splitlines()
+        assert lines[1:8] == PAPER_D1_WINDOW
+        assert lines[8] == "[Wifi Scans]: [" + ", ".join(["NaN"] * 14) + "]"
