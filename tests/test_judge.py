@@ -463,3 +463,32 @@ def test_judge_case_study_rows_are_numbers_even_when_unscored(monkeypatch):
     assert d1.loc["Claude-Haiku-4.5", "judge_status"] != "scored"
     assert math.isnan(d1.loc["Claude-Haiku-4.5", "evidence_grounding"]) and len(be.calls) == 3
     assert d1["overall"].dtype == float
+
+
+def test_judge_into_resumes_cuts_a_torn_line_and_retries_backend_errors(tmp_path):
+    """The one judge loop (notebook 07 and `balms judge run`): a stored verdict under the same key is reused, a torn
+    last line is cut off with a warning (so the next verdict appended is readable), a backend error is judged again."""
+    from balms.judges.llm_judge import judge_into
+
+    recs = [PredictionRecord(sample_id=f"globem/u1/2018-05-0{i}/L3", dataset="globem", user="u1",
+                             target_date=f"2018-05-0{i}", lookback=3, label=0, source="real", system="healthllm",
+                             cot=True, model="m", model_id="m", prediction=2, rationale="Steps fell.")
+            for i in (2, 3, 4)]
+    windows = {r.sample_id: "WINDOW" for r in recs}
+    path = tmp_path / "cell.judge.jsonl"
+    first = judge_into(path, recs[:1], windows, FakeJudge([json.dumps(verdict())]), judge_model="j", key="k1")
+    assert first[0]["status"] == "scored"
+    err = judge_into(path, recs[1:2], windows, FakeJudge([BackendError("down")] * 2), judge_model="j", key="k1")
+    assert err[0]["unscored_code"] == "backend_error"
+    path.write_text(path.read_text() + '{"sample_id": "globem/u1/2018-05-04/L3", "sta')  # a crash mid-write
+    be = FakeJudge([json.dumps(verdict())] * 2)
+    with pytest.warns(UserWarning, match="torn last line"):
+        out = judge_into(path, recs, windows, be, judge_model="j", key="k1")
+    assert len(be.calls) == 2  # the backend error and the torn one; the first verdict was reused
+    assert [v["status"] for v in out] == ["scored"] * 3
+    lines = [json.loads(x) for x in path.read_text().splitlines()]  # every line readable
+    assert [v["sample_id"] for v in lines] == [recs[0].sample_id, recs[1].sample_id, recs[1].sample_id,
+                                               recs[2].sample_id]
+    other = FakeJudge([json.dumps(verdict())] * 3)
+    judge_into(path, recs, windows, other, judge_model="j", key="k2")  # another key: judged again
+    assert len(other.calls) == 3
