@@ -49,6 +49,10 @@ class ExperimentConfig(BaseModel):
     # the first n of a larger cell's samples, so cells of one dataset compare paired on their common samples.
     n_samples_by: dict[str, int] = {}
     seed: int = 0
+    # which samples are scored and what the mean predictor predicts (balms.data.evaluation.EVALUATION_RULES):
+    # "heldout30" = ours, a seeded 30% of each user's days; "all_days_loo" = the paper's as derived from its counts
+    # (every sample scored, the mean predictor a leave-one-out mean); the paper profile sets it
+    evaluation_rule: str = "heldout30"
     prompt_style: Literal["paper", "corrected"] = "paper"  # Health-LLM/RAG/RAPTOR template (see README)
     # decoding budgets
     zs_max_tokens: int = 16
@@ -124,6 +128,15 @@ class ExperimentConfig(BaseModel):
         bad = [s for s in v or [] if s not in SYSTEMS]
         if bad:
             raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+        return v
+
+    @field_validator("evaluation_rule")
+    @classmethod
+    def _known_evaluation_rule(cls, v: str) -> str:
+        from balms.data.evaluation import EVALUATION_RULES
+
+        if v not in EVALUATION_RULES:
+            raise ValueError(f"unknown evaluation rule {v!r}; known: {sorted(EVALUATION_RULES)}")
         return v
 
     @field_validator("lookback")

@@ -31,7 +31,7 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
         kw = {}
         if cfg is not None and "dataset" in row:
             co = cohort(row["dataset"], cfg)
-            kw = {"mean_prediction": co.train_mean,
+            kw = {"mean_prediction": co.mean_for(g["sample_id"]),
                   "scale": (co.tables.target.scale_min, co.tables.target.scale_max)}
         row.update(metrics.summarize_run(g, n_boot=n_boot, seed=seed, **kw))
         lat, lat_lo, lat_hi = metrics.mean_ci(g["latency_s"], g["user"], n_boot=n_boot, seed=seed)
