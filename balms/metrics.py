@@ -156,8 +156,9 @@ def paired_difference(recs_a, recs_b, *, policy: Policy = "exclude", by: str = "
     """MAE(a) - MAE(b) over the samples both have (paired by sample_id), with a cluster-bootstrap CI.
 
     `recs_b` may be another system's records, or the mean predictor: a number (its constant prediction) or a
-    mapping sample_id -> prediction (a leave-one-out evaluation rule); then b never fails to parse. Negative = a is better. Samples present in only one side, and pairs
-    dropped because a side failed to parse (policy "exclude"), are counted in the result.
+    mapping sample_id -> prediction (a leave-one-out evaluation rule); then b never fails to parse.
+    Negative = a is better. Samples present in only one side, and pairs dropped because a side failed to parse
+    (policy "exclude"), are counted in the result.
     """
     a = records_frame(recs_a)
     if isinstance(recs_b, (int, float, np.floating, Mapping)):

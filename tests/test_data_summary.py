@@ -46,6 +46,7 @@ def test_evaluation_rule_names_the_sample_rule_and_the_evaluation_rule():
         for e in EVALUATION_RULES:
             text = evaluation_rule(r, e)
             assert repr(r) in text and repr(e) in text and EVALUATION_RULE_TEXT[e] in text
-    assert "30%" in evaluation_rule("balms", "heldout30") and "leave-one-out" in evaluation_rule("balms", "all_days_loo")
+    assert "30%" in evaluation_rule("balms", "heldout30")
+    assert "leave-one-out" in evaluation_rule("balms", "all_days_loo")
     with pytest.raises(KeyError):
         evaluation_rule("tuned")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from balms.data.evaluation import EVALUATION_RULES, evaluate, mean_predictor_mae
 from balms.data.globem import load_globem
 from balms.data.pmdata import load_pmdata
-from balms.data.evaluation import EVALUATION_RULES, evaluate, mean_predictor_mae
 from balms.data.samples import build_samples
 from balms.data.summary import evaluation_rule_table
 

@@ -61,7 +61,8 @@ def _all_days_loo(samples: list[Sample], seed: int) -> Evaluation:
     n = len(y)
     pred = (y.sum() - y) / (n - 1) if n > 1 else np.full(n, np.nan)
     keep = [(s, p) for s, p in zip(samples, pred, strict=True) if np.isfinite(p)]
-    return Evaluation("all_days_loo", list(samples), _sorted(s for s, _ in keep), {s.sample_id: float(p) for s, p in keep})
+    return Evaluation("all_days_loo", list(samples), _sorted(s for s, _ in keep),
+                      {s.sample_id: float(p) for s, p in keep})
 
 
 def _all_days_in_sample(samples: list[Sample], seed: int) -> Evaluation:
