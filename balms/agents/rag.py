@@ -90,7 +90,8 @@ def retrieve_days(tables: DatasetTables, window: Window, *, k: int, scope: str,
     }
 
 
-def rag_prompt(window: Window, chans, got: dict, *, style: str, cot: bool, context, context_window: bool) -> str:
+def rag_prompt(window: Window, chans, got: dict, *, style: str, cot: bool, context, context_window: bool,
+               cot_format: str = "paper") -> str:
     """The answering prompt from a retrieval result (`retrieve_days`)."""
     if style == "paper":
         chans = chans if chans is not None else window.channels
@@ -102,7 +103,7 @@ def rag_prompt(window: Window, chans, got: dict, *, style: str, cot: bool, conte
             header = "Sensor signals (query day)."
         return paper_prompts.memory_prompt(window, chans, items, cot=cot,
                                            items_header="Sensor signals (retrieved days).",
-                                           query=query, query_header=header)
+                                           query=query, query_header=header, cot_format=cot_format)
     return prompts.memory_prompt(window, got["texts"], cot=cot, context=context, channels=chans,
                                  memory_kind="days", query_day=None if context_window else got["query"])
 
@@ -143,7 +144,7 @@ class RAGAgent(PromptAgentBase):
             episode.log("retrieval", "\n".join(got["texts"]), query=got["query"], dates=got["dates"],
                         scores=got["scores"], n_candidates=got["n_candidates"])
         return rag_prompt(window, chans, got, style=self.style, cot=self.cot, context=self.context,
-                          context_window=self.context_window), chans, got
+                          context_window=self.context_window, cot_format=self.cot_format), chans, got
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)

@@ -233,7 +233,7 @@ class RaptorAgent(PromptAgentBase):
             return paper_prompts.memory_prompt(
                 window, shown, texts, cot=self.cot,
                 items_header="Retrieved records (sub-day records or day summaries).",
-                query=query, query_header=header)
+                query=query, query_header=header, cot_format=self.cot_format)
         return prompts.memory_prompt(window, texts, cot=self.cot, context=self.context, channels=chans,
                                      memory_kind="records (sub-day records or day summaries)",
                                      query_day=None if self.context_window else render.render_day(window, query_ts))

@@ -54,6 +54,9 @@ class ExperimentConfig(BaseModel):
     # (every sample scored, the mean predictor a leave-one-out mean); the paper profile sets it
     evaluation_rule: str = "heldout30"
     prompt_style: Literal["paper", "corrected"] = "paper"  # Health-LLM/RAG/RAPTOR template (see README)
+    # the paper style's CoT answer format (balms.agents.paper_prompts.COT_FORMATS): "paper" = the paper's printed
+    # "Reasoning: ..." then "The user's stress score is 3."; "answer_line" = our earlier "Reasoning:" then "Answer:"
+    cot_format: Literal["paper", "answer_line"] = "paper"
     # decoding budgets
     zs_max_tokens: int = 16
     cot_max_tokens: int = 256

@@ -46,6 +46,8 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
         opts.update(memory=cfg.raptor_memory, summary_max_tokens=budget("raptor_summary"))
     if system in PROMPT_SYSTEMS and "style" in accepted(system):
         opts["style"] = cfg.prompt_style
+    if system in PROMPT_SYSTEMS and cot and cfg.prompt_style == "paper" and "cot_format" in accepted(system):
+        opts["cot_format"] = cfg.cot_format
     if system in PROMPT_SYSTEMS and cot and cfg.cot_force_answer:
         opts["force_answer"] = True
         if cfg.cot_force_missing:
