@@ -103,7 +103,8 @@ def test_prompt_help_states_the_agents_context_window_defaults(capsys):
         main(["prompt", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     want = {False: "no", True: "yes"}
-    assert context_window_defaults() == f"rag {want[RAGAgent.context_window]}, raptor {want[RaptorAgent.context_window]}"
+    rag, raptor = want[RAGAgent.context_window], want[RaptorAgent.context_window]
+    assert context_window_defaults() == f"rag {rag}, raptor {raptor}"
     assert f"default: {context_window_defaults()}" in out and "raptor no" in out
 
 
