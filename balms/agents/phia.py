@@ -7,11 +7,15 @@ Loop (at most `max_iters` model calls, then one forced-finish call):
   "[Observe]" so the model cannot invent its own observations, and anything written after the first
   code block is cut before it enters the conversation.
 
-Data: the user's full record up to `window_end` (the day before the target day) as DataFrames named as in
-the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and, when the dataset has
+Data: the user's full record up to `window_end` (the day before the target day; Appendix A: "initialized with
+the user's full longitudinal record"), or with `frame_span="lookback"` only the look-back window (Appendix D's
+trace: `subday_df` of 56 rows = 14 days x 4 GLOBEM segments; the paper contradicts itself, both are options), as
+DataFrames named as in the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and, when the dataset has
 sub-day rows, `subday_df` (one row per segment: `date`, `segment` and the sub-day channels), which the
 model has to aggregate per day itself (what the F5 failure checks). Never any label or self-report column,
 never a date after window_end. Each record's options say the frames' names, spans and columns (`frames`).
+Sleep (PMData): the corrected recipe by default; `sleep_recipe="paper"` gives the frames the paper's recipe, the
+one the Health-LLM, RAG and RAPTOR prompts read (the paper's "identical input windows").
 
 Executors (balms.sandbox): "faithful" reproduces the original (fresh scope per block, only
 printed output, "Code executed (no output)"); "improved" keeps state in one worker per episode, shows
@@ -61,15 +65,24 @@ def extract_code(text: str) -> tuple[str | None, str]:
 DAILY_FRAME, SUBDAY_FRAME = "daily_df", "subday_df"  # the paper's trace names
 
 
-def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:
-    """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
+FRAME_SPANS = ("record", "lookback")  # the user's record up to window_end, or the look-back window only
+SLEEP_RECIPES = ("corrected", "paper")
+
+
+def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None,
+                span: str = "record") -> dict[str, pd.DataFrame]:
+    """The DataFrames PHIA sees: sensing channels only, dates <= window_end (and >= window_start with
+    span="lookback"), no labels, no context."""
+    if span not in FRAME_SPANS:
+        raise ValueError(f"frame_span must be one of {FRAME_SPANS}, got {span!r}")
     s = window.sample
     end = pd.Timestamp(s.window_end)
+    start = pd.Timestamp(s.window_start) if span == "lookback" else pd.Timestamp.min
     if s.user not in tables.daily.index.get_level_values("user"):
         raise ValueError(f"{tables.name}: user {s.user!r} has no daily rows")
     daily = tables.daily.xs(s.user, level="user").copy()
     daily.index = pd.DatetimeIndex(daily.index).normalize()
-    daily = daily[daily.index <= end].sort_index()
+    daily = daily[(daily.index >= start) & (daily.index <= end)].sort_index()
     cols = [c.name for c in window.channels if c.name in daily.columns]
     daily = daily[cols]
     daily.index.name = "date"
@@ -78,7 +91,7 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
     if sd is not None and len(sd):
         sd = sd[sd["user"] == s.user].copy()
         sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
-        sd = sd[sd["date"] <= end]
+        sd = sd[(sd["date"] >= start) & (sd["date"] <= end)]
         sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]
         if len(sd) and sub_cols:
             frames[SUBDAY_FRAME] = (sd.sort_values(["date", "slot_index"])[["date", "slot", *sub_cols]]
@@ -116,11 +129,17 @@ class PhiaAgent:
     # ours: a forced finish without a parseable answer is asked once more for the answer alone (as a CoT reply
     # without an answer line is, prompts.FORCE_ANSWER_MISSING); the transcript labels it a "forced_answer" step
     force_answer: bool = False
+    frame_span: str = "record"  # "record" (Appendix A) or "lookback" (Appendix D's trace); see the module doc
+    sleep_recipe: str = "corrected"  # PMData sleep in the frames: "corrected" or "paper" (the prompts' recipe)
     name: str = field(default="phia", init=False)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        if self.frame_span not in FRAME_SPANS:
+            raise ValueError(f"frame_span must be one of {FRAME_SPANS}, got {self.frame_span!r}")
+        if self.sleep_recipe not in SLEEP_RECIPES:
+            raise ValueError(f"sleep_recipe must be one of {SLEEP_RECIPES}, got {self.sleep_recipe!r}")
         prompts.check_primer(self.primer)
         if int(self.max_iters) < 1:
             raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
@@ -138,7 +157,10 @@ class PhiaAgent:
                 # our additions, recorded only when used (a record without them ran the plain prompt and stops)
                 **({"primer": self.primer} if self.primer != "none" else {}),
                 **({"fence_stop": True} if self.fence_stop else {}),
-                **({"force_answer": True} if self.force_answer else {})}
+                **({"force_answer": True} if self.force_answer else {}),
+                # the paper-inconsistent choices, recorded only when not the default (records before them ran it)
+                **({"frame_span": self.frame_span} if self.frame_span != "record" else {}),
+                **({"sleep_recipe": self.sleep_recipe} if self.sleep_recipe != "corrected" else {})}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
         from balms.sandbox import SandboxLimits
 
@@ -153,11 +175,11 @@ class PhiaAgent:
         return "all" if self.channels is None else self.channels
 
     def _setup(self, sample: Sample, tables: DatasetTables):
-        # every daily channel, with the corrected recipe only (PMData's sleep_minutes_paper duplicate is left out
-        # unless named)
-        chans = prompt_channels(tables, self.effective_channels, "corrected")
+        # every daily channel, with one sleep recipe (PMData: sleep_minutes, or sleep_minutes_paper with
+        # sleep_recipe="paper"; the other is left out unless named)
+        chans = prompt_channels(tables, self.effective_channels, self.sleep_recipe)
         window = get_window(tables, sample, context=self.context, channels=chans)
-        frames = user_frames(tables, window, chans)
+        frames = user_frames(tables, window, chans, self.frame_span)
         schema = None
         if self.executor == "improved":
             from balms.sandbox import schema_card
@@ -174,7 +196,7 @@ class PhiaAgent:
         return window, frames, [Message("system", system), Message("user", user)]
 
     def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
-        """The window as this agent was given it: its daily frame's span (the full record to window_end)."""
+        """The window as this agent was given it: its daily frame's span (the full record, or the look-back)."""
         window, frames, _ = self._setup(sample, tables)
         return agent_view(tables, window, {**self.options(), "frames": frames_option(frames, window.subday_unit)})
 

@@ -77,6 +77,11 @@ class ExperimentConfig(BaseModel):
     # contract; with code_first+stop in 6 of 6 (its own code; the "example" primer's blocks were mostly the example's)
     phia_primer: Literal["none", "code_first", "example"] = "code_first"
     phia_fence_stop: bool = True  # ours: a PHIA step's generation ends at its first closing code fence
+    # where the paper contradicts itself (balms.agents.phia): PHIA's frames hold the user's full record (Appendix A)
+    # or the look-back window (Appendix D's trace, 56 = 14 x 4 GLOBEM rows); its PMData sleep column follows the
+    # corrected recipe or the paper's, which the other systems' prompts read ("identical input windows", 3.3)
+    phia_frame_span: Literal["record", "lookback"] = "record"
+    phia_sleep_recipe: Literal["corrected", "paper"] = "corrected"
     # reasoning models (registry is_reasoning, e.g. DeepSeek-R1-Distill): the <think> trace comes out of the same
     # max_tokens, so they get their own budgets (balms.models.budgets.budget_for)
     reasoning_zs_max_tokens: int = 2048

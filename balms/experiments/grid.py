@@ -39,7 +39,8 @@ def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | N
     opts: dict = {"max_tokens": budget("cot" if cot else "zs"), "seed": cfg.seed}
     if system == "phia":
         opts.update(max_iters=cfg.phia_max_iters, max_tokens=budget("phia_step"), executor="faithful",
-                    primer=cfg.phia_primer, fence_stop=cfg.phia_fence_stop)
+                    primer=cfg.phia_primer, fence_stop=cfg.phia_fence_stop, frame_span=cfg.phia_frame_span,
+                    sleep_recipe=cfg.phia_sleep_recipe)
         if cfg.phia_force_answer:
             opts["force_answer"] = True
     if system == "raptor":
