@@ -7,13 +7,13 @@ Loop (at most `max_iters` model calls, then one forced-finish call):
   "[Observe]" so the model cannot invent its own observations, and anything written after the first
   code block is cut before it enters the conversation.
 
-Data: the user's full record up to `window_end` (the day before the target day; Appendix A: "initialized with
-the user's full longitudinal record"), or with `frame_span="lookback"` only the look-back window (Appendix D's
-trace: `subday_df` of 56 rows = 14 days x 4 GLOBEM segments; the paper contradicts itself, both are options), as
-DataFrames named as in the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and,
-when the dataset has sub-day rows, `subday_df` (one row per segment: `date`, `segment` and the sub-day
-channels), which the model has to aggregate per day itself (what the F5 failure checks). Never any label or
-self-report column, never a date after window_end. Each record's options say the frames' names, spans and columns (`frames`).
+Data: the user's full record up to `window_end` (the day before the target day; Appendix A: "initialized with the
+user's full longitudinal record"), or with `frame_span="lookback"` only the look-back window (Appendix D's trace:
+`subday_df` of 56 rows = 14 days x 4 GLOBEM segments; the paper contradicts itself, both are options), as DataFrames
+named as in the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and, when the dataset
+has sub-day rows, `subday_df` (one row per segment: `date`, `segment` and the sub-day channels), which the model has
+to aggregate per day itself (what the F5 failure checks). Never any label or self-report column, never a date after
+window_end. Each record's options say the frames' names, spans and columns (`frames`).
 Sleep (PMData): the corrected recipe by default; `sleep_recipe="paper"` gives the frames the paper's recipe, the
 one the Health-LLM, RAG and RAPTOR prompts read (the paper's "identical input windows").
 
