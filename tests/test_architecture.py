@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "balms.records": 0,
     "balms.cellspec": 0,
     "balms.paper": 0,
+    "balms.fidelity": 0,
     "balms.data": 1,
     "balms.models": 2,
     "balms.sandbox": 3,
