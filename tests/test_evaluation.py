@@ -6,20 +6,8 @@ import numpy as np
 import pytest
 
 from balms.data.evaluation import EVALUATION_RULES, evaluate, mean_predictor_mae
-from balms.data.globem import load_globem
-from balms.data.pmdata import load_pmdata
 from balms.data.samples import build_samples
 from balms.data.summary import evaluation_rule_table
-
-
-@pytest.fixture(scope="module")
-def pmdata_tables(pmdata_dir):
-    return load_pmdata(pmdata_dir)
-
-
-@pytest.fixture(scope="module")
-def globem_tables(globem_dir):
-    return load_globem(globem_dir)
 
 
 @pytest.fixture(scope="module")

@@ -6,19 +6,16 @@ import pandas as pd
 import pytest
 
 from balms.agents.phia import DAILY_FRAME, SUBDAY_FRAME, PhiaAgent
-from balms.data.globem import load_globem
-from balms.data.pmdata import load_pmdata
 from balms.data.samples import build_samples
 
 
 @pytest.fixture(scope="module")
-def pm(pmdata_dir):
-    t = load_pmdata(pmdata_dir)
-    return t, build_samples(t).samples
+def pm(pmdata_tables):
+    return pmdata_tables, build_samples(pmdata_tables).samples
 
 
-def test_lookback_span_is_appendix_ds_trace_on_globem(globem_dir):
-    t = load_globem(globem_dir)
+def test_lookback_span_is_appendix_ds_trace_on_globem(globem_tables):
+    t = globem_tables
     s = next(x for x in build_samples(t).samples if x.lookback == 14)
     full = PhiaAgent()._setup(s, t)[1]
     lb = PhiaAgent(frame_span="lookback")._setup(s, t)[1]
