@@ -168,10 +168,10 @@ bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bund
 	$(MAKE) --no-print-directory export-responses PROFILE=$(PROFILE)
 	$(MAKE) --no-print-directory replay-check PROFILE=$(PROFILE)
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
-	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE)
+	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE) --set "$$BALMS_P"
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
-	$(PY) -m balms.report html --profile $(PROFILE) --out report
+	$(PY) -m balms.report html --profile $(PROFILE) --out report --set "$$BALMS_P"
 
 bench: bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix ## All benchmarks (ratios measured in one run)
 

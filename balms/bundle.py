@@ -194,8 +194,12 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | None = None) -> dict:
-    """One archive with the profile's runs, the responses they used, checksums and provenance."""
+def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | None = None,
+                  keys: set[str] | None = None) -> dict:
+    """One archive with the profile's runs, the responses they used, checksums and provenance. `keys`: only the
+    run files of these cells (the CLI passes the cells the profile declares now; superseded files stay out)."""
+    from balms.experiments.runfiles import key_of
+
     root = paths.runs_dir() / profile
     if not root.is_dir():
         raise DataError(root, f"no runs for profile {profile!r}: run `make paper PROFILE={profile}` first")
@@ -205,6 +209,8 @@ def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | No
     builds, commits = set(), set()
     for f in sorted(root.rglob("*")):
         if not f.is_file() or f.suffix in (".lock", ".tmp") or f.name == "cache_keys.log":
+            continue
+        if keys is not None and key_of(f) not in keys:
             continue
         rel = f"runs/{profile}/{f.relative_to(root).as_posix()}"
         files[rel] = f.read_bytes()
@@ -347,6 +353,8 @@ def register(sub) -> None:
     b = s.add_parser("export", help="one archive with a profile's runs, the responses they used and checksums")
     b.add_argument("--profile", required=True)
     b.add_argument("--out", default=None, help="default: results/<profile>/<profile>.bundle.tar.gz")
+    b.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
+    b.add_argument("--all", action="store_true", help="every run file, superseded cells too")
     bi = s.add_parser("import", help="verify a bundle's checksums and data, then install its runs and responses")
     bi.add_argument("file")
     bi.add_argument("--no-data-check", action="store_true", help="install even if the local data differ")
@@ -366,7 +374,10 @@ def register(sub) -> None:
 
     def _dispatch(a) -> int:
         if a.cmd == "export":
-            print(json.dumps(export_bundle(a.profile, Path(a.out) if a.out else None)))
+            from balms.experiments.runfiles import profile_keys
+
+            keys = None if a.all else profile_keys(a.profile, a.set)
+            print(json.dumps(export_bundle(a.profile, Path(a.out) if a.out else None, keys=keys)))
         elif a.cmd == "import":
             print(json.dumps(import_bundle(Path(a.file), check_local_data=not a.no_data_check)))
         elif a.cmd == "verify":

@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     ("run", "balms.run_cli"),
     ("config", "balms.experiments.config"),
     ("plan", "balms.experiments.plan"),
+    ("runs", "balms.experiments.runfiles"),
     ("bundle", "balms.bundle"),
     ("sandbox", "balms.sandbox.cli"),
     ("judge", "balms.judges.cli"),

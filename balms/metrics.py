@@ -21,11 +21,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from balms.data.registry import dataset_names, get_dataset
 from balms.records import PredictionRecord
 
 Policy = Literal["exclude", "mean_fill", "worst"]
 # Native label scales (METHOD.md); pass `scale=` for anything else.
-DATASET_SCALES: dict[str, tuple[int, int]] = {"pmdata": (1, 5), "globem": (0, 3), "diversityone": (1, 5)}
+DATASET_SCALES: dict[str, tuple[int, int]] = {n: get_dataset(n).scale for n in dataset_names()}
 UNPARSEABLE = "unparseable"
 _COLUMNS = ["sample_id", "dataset", "user", "label", "prediction", "system", "model", "cot", "lookback", "executor"]
 

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DATASETS = ("diversityone", "pmdata", "globem")
 
 
 def raw_dir() -> Path:

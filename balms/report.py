@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     h = sub.add_parser("html", help="build the static HTML report")
     h.add_argument("--profile", default="demo")
     h.add_argument("--out", default="report")
+    h.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
+    h.add_argument("--all", action="store_true", help="every run file, superseded cells too")
     a = ap.parse_args(argv)
     if a.cmd == "index":
         idx = check_index(a.profile)
@@ -146,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
             print(idx[["artefact", "path", "notebook", "source"]].to_string(index=False))
             print(f"{len(idx)} artefacts, all present ({index_path(a.profile)})")
         return 0
+    from balms.experiments.runfiles import profile_keys
     from balms.report_html import ReportDirError, build_report
 
     try:
-        out = build_report(a.profile, Path(a.out))
+        out = build_report(a.profile, Path(a.out), keys=None if a.all else profile_keys(a.profile, a.set))
     except ReportDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

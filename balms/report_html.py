@@ -184,7 +184,7 @@ def _copy_static(out: Path) -> None:
         (out / "static" / name).write_bytes(files("balms").joinpath("static", name).read_bytes())
 
 
-def build_report(profile: str, out: Path) -> Path:
+def build_report(profile: str, out: Path, *, keys: set[str] | None = None) -> Path:
     """Write the report into `out` (see `prepare_out_dir` for when an existing folder is replaced)."""
     out = Path(out)
     prepare_out_dir(out)
@@ -221,9 +221,11 @@ def build_report(profile: str, out: Path) -> Path:
     #    to the same sample under every other system and backbone (index sample_id -> its pages).
     run_root = paths.runs_dir() / profile
     loaded = []
+    from balms.experiments.runfiles import key_of
+
     for run in sorted(run_root.rglob("*.jsonl")) if run_root.exists() else []:
-        if run.name.endswith(".judge.jsonl"):
-            continue
+        if run.name.endswith(".judge.jsonl") or (keys is not None and key_of(run) not in keys):
+            continue  # verdicts go with their run; `keys`: only the cells the profile declares now
         recs = _read_jsonl(run)
         if recs:
             loaded.append((run, recs))

@@ -2,6 +2,7 @@
 
     balms run --dataset pmdata --system healthllm --model qwen2.5-coder-1.5b --n 10 --cot
     balms run --dataset globem --system phia --model Qwen2.5-14B-Instruct --option executor=improved --n 0
+    balms run --spec runs/demo/pmdata/<run>.manifest.json     # re-run any cell from its manifest (or spec JSON)
 """
 
 from __future__ import annotations
@@ -19,9 +20,37 @@ def _parse_option(text: str):
         return k, v
 
 
+def _spec_of(path: str):
+    """A CellSpec from a run manifest (its `cell`) or a spec's own JSON."""
+    from pathlib import Path
+
+    from balms.cellspec import CellSpec
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"balms run --spec {path}: cannot read JSON ({exc})") from None
+    data = data.get("cell", data) if isinstance(data, dict) else data
+    if not isinstance(data, dict):
+        raise SystemExit(f"balms run --spec {path}: expected a run manifest with a 'cell' or a cell spec")
+    data = {k: v for k, v in data.items() if k != "key"}
+    try:
+        return CellSpec.model_validate(data)
+    except ValueError as exc:
+        raise SystemExit(f"balms run --spec {path}: not a cell spec: {exc}") from None
+
+
 def _run(args) -> int:
     from balms import experiments as ex
 
+    if args.spec:
+        cfg = ex.load(args.config, cache_mode=args.cache_mode, concurrency=args.concurrency, raw_root=args.raw)
+        cell = ex.Cell.from_spec(_spec_of(args.spec), cfg.replace(profile=args.profile))
+        recs = ex.run_cell_spec(cfg.replace(profile=args.profile), cell)
+        return _print(recs, args)
+    missing = [f"--{k}" for k in ("dataset", "system", "model") if getattr(args, k) is None]
+    if missing:
+        raise SystemExit(f"balms run: {', '.join(missing)} required (or --spec MANIFEST)")
     try:
         cfg = ex.load(args.config, n_samples=args.n, seed=args.seed, cache_mode=args.cache_mode,
                       concurrency=args.concurrency, raw_root=args.raw, phia_max_iters=args.max_iters)
@@ -37,7 +66,13 @@ def _run(args) -> int:
         raise SystemExit(f"balms run: {exc}") from None
     recs = ex.run_cell(cfg, args.dataset, args.system, args.model, cot=args.cot, lookback=args.lookback,
                        options=dict(_parse_option(o) for o in args.option))
+    return _print(recs, args)
+
+
+def _print(recs, args) -> int:
     import pandas as pd
+
+    from balms import experiments as ex
 
     df = pd.DataFrame([r.model_dump(exclude={"transcript"}) for r in recs])
     row = ex.summarize(df).iloc[0].to_dict() if len(df) else {"n": 0}
@@ -47,9 +82,13 @@ def _run(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("run", help="run one (dataset, system, model) cell with the cache and resumable records")
-    p.add_argument("--dataset", required=True, choices=["diversityone", "pmdata", "globem"])
-    p.add_argument("--system", required=True, choices=["healthllm", "rag", "raptor", "phia"])
-    p.add_argument("--model", required=True, help="registry name (balms models list)")
+    from balms.agents.registry import system_names
+    from balms.data.registry import dataset_names
+
+    p.add_argument("--spec", default=None, help="re-run the cell of a run manifest (or cell spec JSON)")
+    p.add_argument("--dataset", choices=dataset_names())
+    p.add_argument("--system", choices=system_names())
+    p.add_argument("--model", help="registry name (balms models list)")
     p.add_argument("--cot", action="store_true", help="chain-of-thought variant")
     p.add_argument("--n", type=int, default=None, help="evaluation samples (0 = all test samples)")
     p.add_argument("--lookback", type=int, default=None)

@@ -42,7 +42,7 @@ from balms.experiments.checks import record_check
 
 cfg = ex.from_notebook(globals())
 NB = "01_prediction"
-res = ex.grid_result(cfg, cots=(False,))
+res = ex.grid_result(cfg, NB)  # the cells balms.experiments.cells declares for this notebook
 recs, summary, src, models_caption = res.records, res.summary, res.source, res.caption
 mean_pred = ex.mean_predictor_rows(cfg)
 print(f"{len(recs)} predictions; models: {models_caption}; data: {src}")

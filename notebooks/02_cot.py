@@ -44,7 +44,7 @@ from balms.experiments.checks import record_check
 
 cfg = ex.from_notebook(globals())
 NB = "02_cot"
-res = ex.grid_result(cfg, systems=cfg.cot_systems or cfg.systems, cots=(False, True))
+res = ex.grid_result(cfg, NB)  # the cells balms.experiments.cells declares for this notebook
 recs, summary, src, models_caption = res.records, res.summary, res.source, res.caption
 mean_pred = ex.mean_predictor_rows(cfg)
 

@@ -48,16 +48,8 @@ from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
 NB = "04_ablations"
-gl = ex.cohort("globem", cfg).tables
-wearable = [c.name for c in gl.channels if c.device == "wearable"]
-print("GLOBEM wearable channels:", wearable)
-parts = []
-for cot in (False, True):
-    full = ex.run_grid(cfg, datasets=["globem"], systems=cfg.ablation_systems, cots=(cot,)).assign(channel_set="full")
-    fit = ex.run_grid(cfg, datasets=["globem"], systems=cfg.ablation_systems, cots=(cot,),
-                      options={"channels": wearable}).assign(channel_set="fitbit")
-    parts += [full, fit]
-recs = pd.concat(parts, ignore_index=True)
+print("GLOBEM wearable channels:", ex.channel_sets(cfg)["globem_wearable"])
+recs = ex.run_declared(cfg, NB, "globem_channels")  # full vs Fitbit-only, zero-shot and CoT (`channel_set`)
 summary = ex.summarize(recs, by=["dataset", "system", "model", "cot", "channel_set"], cfg=cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 cap = report.model_caption(ex.models_run(recs))
@@ -111,14 +103,8 @@ pd.DataFrame({"Table 3": ds.iloc[0].values, "Table 4": ds4.iloc[0].values}, inde
 # ## PMData channel sets
 
 # %%
-pm = ex.cohort("pmdata", cfg).tables
-sleep_hr = [c.name for c in pm.channels if any(k in c.name for k in ("sleep", "resting_hr"))]
-pm_parts = [
-    ex.run_grid(cfg, datasets=["pmdata"], systems=["healthllm"]).assign(channel_set="all + same-day mood"),
-    ex.run_grid(cfg, datasets=["pmdata"], systems=["healthllm"], options={"context": False}).assign(channel_set="all, no same-day mood"),
-    ex.run_grid(cfg, datasets=["pmdata"], systems=["healthllm"], options={"channels": sleep_hr}).assign(channel_set="sleep + resting HR"),
-]
-pm_recs = pd.concat(pm_parts, ignore_index=True)
+print("PMData sleep + resting HR channels:", ex.channel_sets(cfg)["pmdata_sleep_hr"])
+pm_recs = ex.run_declared(cfg, NB, "pmdata_channels")  # three channel sets (`channel_set`)
 pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"], cfg=cfg)
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
                   source=report.source_label(pm_sum["source"]), profile=cfg.profile, models=ex.models_run(pm_recs),
@@ -152,9 +138,7 @@ for cs in [c for c in pm_recs.channel_set.unique() if c != "all + same-day mood"
 # of the night. Same samples, same model; the difference is paired per sample, CI by participant bootstrap.
 
 # %%
-style_parts = [ex.run_grid(cfg, datasets=["pmdata"], systems=["healthllm"], options={"style": st}).assign(style=st)
-               for st in ("paper", "corrected")]
-st_recs = pd.concat(style_parts, ignore_index=True)
+st_recs = ex.run_declared(cfg, NB, "prompt_style")  # the paper's template vs the corrected one (`style`)
 st_sum = ex.summarize(st_recs, by=["dataset", "system", "model", "style"], cfg=cfg)
 rows = []
 for m, g in st_recs.groupby("model"):

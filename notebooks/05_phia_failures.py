@@ -51,8 +51,7 @@ from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
 NB = "05_phia_failures"
-recs = pd.concat([ex.run_grid(cfg, systems=["phia"], options={"executor": e}, keep_transcript=True).assign(executor=e)
-                  for e in cfg.executors], ignore_index=True)
+recs = ex.run_declared(cfg, NB, keep_transcript=True)  # PHIA once per executor contract (`executor` column)
 src = report.source_label(recs["source"])
 models = ex.models_run(recs)  # PHIA's backbone as recorded (the profile may give PHIA its own: system_backbones)
 cap = report.model_caption(models)

@@ -43,7 +43,7 @@ from balms import experiments as ex, report
 
 cfg = ex.from_notebook(globals())
 NB = "06_latency"
-res = ex.grid_result(cfg, cots=(False, True))
+res = ex.grid_result(cfg, NB)  # the cells balms.experiments.cells declares for this notebook
 recs, summary, src, cap = res.records, res.summary, res.source, res.caption
 recs = recs.assign(latency_s=recs.latency_s.round(1))  # 0.1 s: a re-run from the cache draws the same figures
 lat = summary[["dataset", "system", "model", "cot", "n", "mean_latency_s", "mean_prompt_tokens", "mean_completion_tokens"]]

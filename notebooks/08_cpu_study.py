@@ -38,10 +38,10 @@ from balms.experiments import claims, study
 
 cfg = ex.from_notebook(globals())
 NB = "08_cpu_study"
-zs = ex.run_grid(cfg, cots=(False,))  # notebook 01's cells
-cot = ex.run_grid(cfg, systems=cfg.cot_systems or cfg.systems, cots=(True,))  # notebook 02's
-horizon = ex.horizon_grid(cfg)  # notebook 03's
-phia = ex.phia_executor_grid(cfg, keep_transcript=False)  # notebook 05's
+zs = ex.run_declared(cfg, "01_prediction")  # notebook 01's cells
+cot = ex.run_cells(cfg, [c for c in ex.cells_for("02_cot", cfg) if c.cot])  # notebook 02's CoT cells
+horizon = ex.run_declared(cfg, "03_long_horizon")
+phia = ex.run_declared(cfg, "05_phia_failures")
 every = pd.concat([zs, cot, horizon, phia], ignore_index=True)
 src, cap = report.source_label(every["source"]), report.model_caption(ex.models_run(every))
 print(f"{len(every)} prediction records ({every.drop_duplicates(['cell_key', 'sample_id']).shape[0]} distinct); "

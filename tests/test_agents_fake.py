@@ -371,7 +371,7 @@ def test_phia_forced_answer_after_a_forced_finish_without_one(pm, finish_reply, 
         assert rec.rationale == finish_reply and rec.raw_answer == "Answer: 4"
     # without the option (the paper's harness) the same episode ends at the forced finish, nothing recorded
     be = ScriptedBackend([code, finish_reply, "Answer: 4"])
-    plain = make_agent("phia", max_iters=1).predict(s, tables, be)
+    plain = make_agent("phia", max_iters=1, force_answer=False).predict(s, tables, be)
     assert "force_answer" not in plain.options and len(be.calls) == 2
     assert plain.prediction == (2 if expect == 2 else None)
 
@@ -494,12 +494,12 @@ def test_cot_forced_answer_when_the_reply_has_no_answer(pm, cheap, system, first
         assert be.calls[1][0][-2].content == first  # the reasoning stays in the conversation
     # without the option the same reply is a parse failure, and nothing is recorded about forcing
     be = FinishingBackend([(first, finish)])
-    plain = make_agent(system, cot=True).predict(samples[1], tables, be)
+    plain = make_agent(system, cot=True, force_answer=False).predict(samples[1], tables, be)
     assert "force_answer" not in plain.options and len(be.calls) == 1
     assert plain.prediction == (2 if expect == 2 else None)
     # force_answer alone (the demo's setting) asks only when the budget cut the reply
     be = FinishingBackend([(first, finish), ("Answer: 4", "stop")])
-    cut_only = make_agent(system, cot=True, force_answer=True).predict(samples[1], tables, be)
+    cut_only = make_agent(system, cot=True, force_answer=True, force_missing=False).predict(samples[1], tables, be)
     assert len(be.calls) == (2 if finish == "length" else 1)
     assert cut_only.prediction == (4 if finish == "length" else expect if asked is None else None)
 
@@ -507,7 +507,7 @@ def test_cot_forced_answer_when_the_reply_has_no_answer(pm, cheap, system, first
 def test_phia_plain_prompt_has_no_primer_and_no_fence_stop(pm):
     tables, samples = pm
     be = ScriptedBackend(["Answer: 3"])
-    rec = make_agent("phia", max_iters=1).predict(samples[0], tables, be)
+    rec = make_agent("phia", max_iters=1, primer="none", fence_stop=False).predict(samples[0], tables, be)
     (msgs, params) = be.calls[0]
     assert "primer" not in rec.options and "fence_stop" not in rec.options
     assert prompts.PHIA_FENCE_STOP not in params.stop

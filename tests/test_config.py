@@ -132,10 +132,11 @@ def test_paper_profile_keeps_the_paper_harness():
     cfg = config.load("paper")
     assert cfg.phia_primer == "none" and cfg.phia_fence_stop is False and cfg.cot_force_answer is False
     assert cfg.phia_force_answer is False and cfg.system_backbones == {}
+    from balms.agents.registry import build_agent
     from balms.experiments.grid import agent_options
-    for cot in (False, True):  # nothing of ours reaches the paper profile's agents
+    for cot in (False, True):  # nothing of ours reaches the paper profile's agents (what their records carry)
         for system in config.SYSTEMS:
-            opts = agent_options(cfg, system, cot)
+            opts = build_agent(system, cfg, cot=cot).options()
             assert not {"force_answer", "force_missing", "primer", "fence_stop"} & {
                 k for k, v in opts.items() if v not in (False, "none")}, (system, cot, opts)
     demo = config.load("demo")

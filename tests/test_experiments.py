@@ -197,7 +197,7 @@ def test_system_backbones_run_a_system_on_its_own_model_everywhere(env, monkeypa
     assert "primer" not in df[df.system == "healthllm"].options.iloc[0]
     df2 = ex.run_grid(cfg2, models=["other"])  # a notebook's own model list (03's look-back backbone)
     assert sorted(set(zip(df2.system, df2.model, strict=True))) == [("healthllm", "other"), ("phia", "coder")]
-    cells = enumerate_cells(cfg2, channel_sets={}, default_lookback={"pmdata": 14})
+    cells = enumerate_cells(cfg2)
     assert {c.model for c in cells if c.system == "phia"} == {"coder"}
     assert {c.model for c in cells if c.system == "healthllm"} == {"scripted"}
     assert cfg2.models_for("phia", ["x", "y"]) == ["coder"] and cfg2.models_for("rag", ["x"]) == ["x"]

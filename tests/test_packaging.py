@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import site
 import subprocess
 import sys
 import zipfile
@@ -47,6 +46,47 @@ def test_license_syntax_matches_the_required_setuptools():
                                        f"but [build-system] requires {req!r}")
 
 
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared_closure(requirements: list[str]) -> set[str]:
+    """The distributions a set of requirements pulls in (transitively, markers evaluated), as installed here."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    todo, seen = [Requirement(r) for r in requirements], set()
+    while todo:
+        req = todo.pop()
+        name = _norm(req.name)
+        if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        for sub in metadata.requires(req.name) or []:
+            r = Requirement(sub)
+            if r.marker is None or r.marker.evaluate({"extra": ""}):
+                todo.append(r)
+    return seen
+
+
+def link_distributions(names: set[str], target: Path) -> None:
+    """A site folder with exactly these installed distributions (symlinks to their files, dist-info included)."""
+    from importlib import metadata
+
+    target.mkdir(parents=True)
+    for name in sorted(names):
+        dist = metadata.distribution(name)
+        root = Path(dist.locate_file(""))
+        for f in dist.files or []:
+            if ".." in f.parts:  # scripts installed outside site-packages
+                continue
+            dst = target / f
+            if not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.symlink_to(root / f)
+
+
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
     assert p.returncode == 0, (f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n"
@@ -71,13 +111,16 @@ def test_wheel_installed_non_editable_summarises_pmdata_and_rebuilds_table5(tmp_
     missing = [f for f in _data_files() if f"balms/{f}" not in names]
     assert not missing, f"{whl.name} lacks package data {missing}"
 
-    # 2. a fresh venv that sees the main venv's dependencies (a .pth line) but not its editable balms: .pth files
-    #    inside a directory added by a .pth line are not processed, so the editable finder never loads
+    # 2. a fresh venv that holds ONLY the wheel's declared dependencies (and theirs), linked from the main venv, so
+    #    an import of an undeclared package fails here as it would for a user who `pip install`s the wheel
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", venv])
     vpy = venv / "bin" / "python"
     purelib = Path(_run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    (purelib / "_balms_main_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    deps = declared_closure(PYPROJECT["project"]["dependencies"])
+    assert "pyyaml" in deps and "torch" not in deps and "sentence-transformers" not in deps
+    link_distributions(deps, tmp_path / "deps")
+    (purelib / "_balms_declared_deps.pth").write_text(str(tmp_path / "deps") + "\n")
     _run([sys.executable, "-m", "pip", "--python", vpy, "install", "-q", "--no-deps", "--no-index", whl])
 
     elsewhere = tmp_path / "elsewhere"  # not the checkout: `python -m` puts the working folder on sys.path
@@ -89,7 +132,9 @@ def test_wheel_installed_non_editable_summarises_pmdata_and_rebuilds_table5(tmp_
     where = _run([vpy, "-c", "import balms; print(balms.__file__)"], **run).stdout.strip()
     assert Path(where).is_relative_to(venv), f"balms imported from {where}, not from the installed wheel"
 
-    # 3. the CLI on real PMData, then Table 5 (packaged paper table + our counts) from its summary
+    # 3. the configuration (YAML profiles) and the CLI on real PMData, then Table 5 (packaged paper table + ours)
+    shown = json.loads(_run([vpy, "-m", "balms.cli", "config", "show", "--profile", "demo"], **run).stdout)
+    assert shown["profile"] == "demo" and shown["systems"]
     out = _run([vpy, "-m", "balms.cli", "data", "summary", "--dataset", "pmdata", "--raw", pmdata_dir, "--json"],
                **run).stdout
     summ = json.loads(out.strip().splitlines()[-1])

@@ -8,39 +8,47 @@ import math
 import pytest
 
 from balms.experiments.config import load
-from balms.experiments.plan import PlanCell, build_plan, enumerate_cells, size_class
-
-SETS = {"globem_wearable": ["steps"], "pmdata_sleep_hr": ["sleep_minutes"]}
-LB = {"diversityone": 7, "pmdata": 14, "globem": 14}
+from balms.experiments.plan import build_plan, enumerate_cells, size_class
 
 
-def test_paper_cells_enumerated_once_each():
-    cfg = load("paper")
-    cells = enumerate_cells(cfg, channel_sets=SETS, default_lookback=LB)
+def test_paper_cells_enumerated_once_each(real_data):
+    """The plan prices the cells the notebooks declare (balms.experiments.cells), each once under the first notebook
+    that runs it (equal CellSpec keys), then one judge cell per judged CoT cell."""
+    cfg = load("paper", raw_root=str(real_data))
+    cells = enumerate_cells(cfg)
     by_nb: dict[str, int] = {}
     for c in cells:
         by_nb[c.notebook] = by_nb.get(c.notebook, 0) + 1
-    # 01: 3 datasets x 4 systems x 5 backbones; 02 adds the CoT half; 03: 2 datasets x 4 systems x 3 new look-backs
-    # (14 = the default, already run by 01); 04: GLOBEM Fitbit-only x 4 x 5 x {zs, CoT} + PMData 2 channel sets x 5;
-    # 05: the improved executor (faithful = 01's PHIA cells); 06: nothing new; 07: one judge cell per judged CoT cell,
-    # the paper's scope: GLOBEM x Health-LLM/RAG/PHIA x 5 backbones (judge_datasets, judge_systems)
+    from balms.experiments.cohorts import cohort
+    from balms.experiments.grid import eval_samples
+
+    nd, ns, nb = len(cfg.datasets), len(cfg.systems), len(cfg.backbones)
+    # 03's cells at a dataset's own look-back are 01's when the longest look-back keeps the same target days
+    same = {d for d in cfg.horizon_datasets
+            if [(s.user, s.target_date)
+                for s in cohort(d, cfg, lookback=max(cfg.lookbacks)).eval_samples(0, cfg.seed, 0)]
+            == [(s.user, s.target_date) for s in eval_samples(cfg, d)]}
+    n03 = sum(len(cfg.horizon_systems) for d in cfg.horizon_datasets for L in cfg.lookbacks
+              if not (d in same and L == eval_samples(cfg, d)[0].lookback))
+    # 01: every dataset x system x backbone; 02 adds the CoT half; 03: its look-backs on target days drawn with the
+    # longest look-back's history (other samples than 01's, so new cells even at 14 days); 04: GLOBEM Fitbit-only
+    # x {zs, CoT} (full = 01/02's cells), PMData 2 new channel sets and the corrected prompt style (paper = 01's);
+    # 05: the improved executor (faithful = 01's PHIA cells); 06: nothing new; 07: a judge cell per judged CoT cell
     assert by_nb == {
-        "01_prediction": 60,
-        "02_cot": 60,
-        "03_long_horizon": 24,
-        "04_ablations": 50,
-        "05_phia_failures": 15,
-        "07_rationale_quality": 15,
+        "01_prediction": nd * ns * nb,
+        "02_cot": nd * ns * nb,
+        "03_long_horizon": n03,
+        "04_ablations": 2 * len(cfg.ablation_systems) * nb + 3 * nb,
+        "05_phia_failures": nd * nb,
+        "07_rationale_quality": len(cfg.judged_datasets) * len(cfg.judge_systems) * nb,
     }
     assert {c.dataset for c in cells if c.notebook == "07_rationale_quality"} == {"globem"}
-    assert len({c.key(LB) for c in cells}) == len(cells) == 224
+    agent_keys = [c.key for c in cells if c.system != "judge"]
+    assert None not in agent_keys and len(set(agent_keys)) == len(agent_keys)
     judge = [c for c in cells if c.system == "judge"]
     assert {c.model for c in judge} == {"Llama-3.3-70B-Instruct"} and {c.judged_model for c in judge} == set(
         cfg.backbones
     )
-    assert PlanCell("03_long_horizon", "pmdata", "rag", "Qwen2.5-14B-Instruct", lookback=14).key(LB) in {
-        c.key(LB) for c in cells if c.notebook == "01_prediction"
-    }
 
 
 def test_size_classes():

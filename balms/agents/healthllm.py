@@ -33,8 +33,8 @@ class PromptAgentBase:
     temperature: float = 0.0
     seed: int = 0
     style: str = styles.DEFAULT_STYLE  # "paper" (Appendix D template and recipe) or "corrected"
-    force_answer: bool = False  # CoT cut off by max_tokens -> ask for the answer alone (see prompts.FORCE_ANSWER)
-    force_missing: bool = False  # with force_answer: also a CoT reply that finished without an answer statement
+    force_answer: bool = True  # CoT cut off by max_tokens -> ask for the answer alone (see prompts.FORCE_ANSWER)
+    force_missing: bool = True  # with force_answer: also a CoT reply that finished without an answer statement
     # paper style with CoT: "paper" = the paper's printed answer sentence ("The user's stress score is 3."),
     # "answer_line" = our earlier `Reasoning:` then `Answer:` (the CPU study's committed responses)
     cot_format: str = "paper"

@@ -118,17 +118,17 @@ class PhiaAgent:
     channels: object = None
     context: object = True  # as in Health-LLM: True = dataset default, False, or channel names
     executor: str = "faithful"
-    max_iters: int = 10
+    max_iters: int = 3
     max_tokens: int | None = None  # per step; default prompts.PHIA_STEP_MAX_TOKENS
     temperature: float = 0.0
     seed: int = 0
     limits: object = None  # sandbox.SandboxLimits; None = the sandbox's defaults
     allow_degraded: bool = False  # run code even where the sandbox lacks required isolation (recorded per record)
-    primer: str = "none"  # ours: "code_first" / "example" prompt primers (prompts.PHIA_PRIMERS); "none" = as is
-    fence_stop: bool = False  # ours: end each step's generation at its first closing code fence
+    primer: str = "code_first"  # ours: "code_first" / "example" prompt primers (prompts.PHIA_PRIMERS); "none" = as is
+    fence_stop: bool = True  # ours: end each step's generation at its first closing code fence
     # ours: a forced finish without a parseable answer is asked once more for the answer alone (as a CoT reply
     # without an answer line is, prompts.FORCE_ANSWER_MISSING); the transcript labels it a "forced_answer" step
-    force_answer: bool = False
+    force_answer: bool = True
     frame_span: str = "record"  # "record" (Appendix A) or "lookback" (Appendix D's trace); see the module doc
     sleep_recipe: str = "corrected"  # PMData sleep in the frames: "corrected" or "paper" (the prompts' recipe)
     name: str = field(default="phia", init=False)

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from balms import paths
+from balms.data.registry import dataset_names, get_dataset
 
 PROMPT_SYSTEMS = ("healthllm", "rag", "raptor")
 
@@ -78,7 +79,7 @@ def _run(args) -> int:
 
     target = dt.date.fromisoformat(args.target)
     tables = _tables(args.dataset, args.raw)
-    lookback = args.lookback or {"diversityone": 7}.get(args.dataset, 14)
+    lookback = args.lookback or get_dataset(args.dataset).default_lookback
     sample, note = _sample(tables, args.user, target, lookback)
     opts: dict = {"style": args.style}
     if args.channels:
@@ -140,7 +141,7 @@ def _run(args) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("prompt", help="print the exact messages a prompt-based agent would send")
-    p.add_argument("--dataset", required=True, choices=paths.DATASETS)
+    p.add_argument("--dataset", required=True, choices=dataset_names())
     p.add_argument("--user", required=True)
     p.add_argument("--target", required=True, help="target day YYYY-MM-DD (the window ends the day before)")
     p.add_argument("--lookback", type=int, default=None, help="days (default: 7 DiversityOne, 14 otherwise)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from balms import paths
+from balms.data.registry import dataset_names
 from balms.data.samples import DEFAULT_RULE, SAMPLE_RULES
 from balms.data.schema import DataError
 
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("data", help="datasets: summaries, samples")
     sub = p.add_subparsers(dest="data_command", required=True)
     s = sub.add_parser("summary", help="users, samples, label counts, dropped rows, baseline MAEs")
-    s.add_argument("--dataset", required=True, choices=paths.DATASETS)
+    s.add_argument("--dataset", required=True, choices=dataset_names())
     s.add_argument("--raw", default=None, help="raw folder (GLOBEM: one cohort or a folder of cohorts)")
     s.add_argument("--label", default=None, help="GLOBEM label: auto, feel_anxious or phq4_anxiety_EMA")
     s.add_argument("--rule", default=None, choices=sorted(SAMPLE_RULES),

@@ -22,16 +22,9 @@ from balms.data.schema import DatasetTables
 
 
 def _loader(name: str):
-    if name == "pmdata":
-        from balms.data.pmdata import load_pmdata
-        return load_pmdata
-    if name == "globem":
-        from balms.data.globem import load_globem
-        return load_globem
-    if name == "diversityone":
-        from balms.data.diversityone import load_diversityone
-        return load_diversityone
-    raise ValueError(f"unknown dataset {name!r}; expected one of {paths.DATASETS}")
+    from balms.data.registry import get_dataset
+
+    return get_dataset(name).load_function()
 
 
 def resolve_raw(name: str, raw_root: Path | None = None, *, synthetic_ok: bool = True) -> tuple[Path, str]:

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from balms.data.registry import dataset_names, get_dataset
 from balms.data.schema import DatasetTables, Sample, Window
 
-DEFAULT_LOOKBACK = {"diversityone": 7, "pmdata": 14, "globem": 14}
+DEFAULT_LOOKBACK = {n: get_dataset(n).default_lookback for n in dataset_names()}
 SAMPLE_RULES: dict[str, dict] = {
     "paper_stated": dict(include_target_day=False, history_from="none", min_days_observed=0),
     "healthllm_same_day": dict(include_target_day=True, history_from="first_sensing", min_days_observed=1),

@@ -17,10 +17,11 @@ from balms import paths
 from balms.data.baselines import run_baselines
 from balms.data.evaluation import EVALUATION_RULE_TEXT, EVALUATION_RULES, TEST_FRAC, evaluate, mean_predictor_mae
 from balms.data.loading import load_dataset, load_from_dir
+from balms.data.registry import DATASETS, dataset_names, get_dataset
 from balms.data.samples import DEFAULT_RULE, SAMPLE_RULE_TEXT, SAMPLE_RULES, build_samples, split_target_days
 
 # The paper's Table 5 / Section 4.1 figures, printed beside ours.
-PAPER = {"pmdata": (1448, 0.48), "globem": (1640, 0.80), "diversityone": (1355, 0.58)}
+PAPER = {n: (get_dataset(n).paper_n_samples, get_dataset(n).paper_mean_predictor_mae) for n in dataset_names()}
 
 # The evaluation rule, one statement used by the README, notebook 00 and the cohorts (balms.experiments.cohorts).
 EVALUATION_RULE = (
@@ -137,7 +138,7 @@ def all_rule_summaries(datasets, *, seed: int = 0, rules=None) -> dict[str, dict
 TABLE5_COLUMNS = ["dataset", "target", "scale_min", "scale_max", "lookback_days", "cohort", "paper_n_samples",
                   "source", "ours_users", "ours_n_samples", "ours_n_test", "ours_mean_predictor_mae",
                   "paper_mean_predictor_mae"]
-_PAPER_NAMES = {"diversityone": "DiversityOne", "pmdata": "PMData", "globem": "GLOBEM"}
+_PAPER_NAMES = {n: get_dataset(n).display_name for n in dataset_names()}
 
 
 def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
@@ -171,7 +172,7 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
     return t5[TABLE5_COLUMNS]
 
 
-def write_all(datasets=paths.DATASETS, raw_root: Path | None = None) -> pd.DataFrame:
+def write_all(datasets=DATASETS, raw_root: Path | None = None) -> pd.DataFrame:
     rows = []
     for name in datasets:
         raw = Path(raw_root) / name if raw_root and (Path(raw_root) / name).is_dir() else None
@@ -198,10 +199,10 @@ def write_all(datasets=paths.DATASETS, raw_root: Path | None = None) -> pd.DataF
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all", action="store_true", help="every dataset")
-    ap.add_argument("--dataset", action="append", choices=paths.DATASETS)
+    ap.add_argument("--dataset", action="append", choices=DATASETS)
     ap.add_argument("--raw-root", type=Path, default=None, help="folder with pmdata/ globem/ diversityone/")
     a = ap.parse_args(argv)
-    names = paths.DATASETS if a.all or not a.dataset else a.dataset
+    names = DATASETS if a.all or not a.dataset else a.dataset
     write_all(names, a.raw_root)
     return 0
 

@@ -2,6 +2,7 @@
 
 - `config`: the pydantic configuration (defaults, profiles, overrides, each notebook's own parameters);
 - `cohorts`: tables, samples, the seeded split and evaluation samples, the mean predictor;
+- `cells`: which cells each notebook runs (`cells_for`), declared once for the notebooks, the plan and the report;
 - `grid`: cells as `CellSpec`s, run cached and resumable through `balms.runner`;
 - `summaries`: per-cell MAE with participant-bootstrap intervals and the paper-vs-ours table layouts;
 - `judging`: the LLM judge and the grounding checker over a grid's rationales.
@@ -11,6 +12,7 @@ Notebooks use `from balms import experiments as ex` and the names below.
 
 import warnings
 
+from balms.experiments.cells import CellDecl, cells_for, channel_sets, declared_cells
 from balms.experiments.cohorts import Cohort, cohort, mean_predictor_rows, with_lookback
 from balms.experiments.config import ConfigError, ExperimentConfig, from_notebook, load
 from balms.experiments.grid import (
@@ -24,6 +26,8 @@ from balms.experiments.grid import (
                                     phia_executor_grid,
                                     run_cell,
                                     run_cell_spec,
+                                    run_cells,
+                                    run_declared,
                                     run_grid,
 )
 from balms.experiments.judging import (
@@ -42,7 +46,8 @@ from balms.experiments.summaries import (
     table3_paper_vs_ours,
 )
 
-__all__ = ["Cell", "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
+__all__ = ["Cell", "CellDecl", "cells_for", "channel_sets", "declared_cells", "run_cells", "run_declared",
+           "Cohort", "ConfigError", "ExperimentConfig", "GridResult", "CELL_KEYS", "PAPER_JUDGE_DATASETS",
            "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES", "agent_options", "aggregate_judgements", "cohort",
            "from_notebook", "grid_result", "ground_grid", "horizon_grid", "judge_case_study", "judge_grid",
            "judge_vs_grounding", "load", "make_cell",

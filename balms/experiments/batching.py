@@ -14,8 +14,6 @@ and `prefetch_cell` reports them.
 
 from __future__ import annotations
 
-BATCHABLE_SYSTEMS = ("healthllm", "rag")
-
 
 def cell_requests(cell, tables) -> list:
     """(messages, GenParams) of every sample's single model call, exactly as `predict` will make it."""
@@ -41,7 +39,9 @@ def prefetch_cell(cfg, cell, *, poll_s: float = 30.0, progress=print, client_fac
         }
     if spec(spec_.model).backend != "anthropic":
         return {"batched": False, "why": f"{spec_.model} is not served by the Anthropic API"}
-    if spec_.system not in BATCHABLE_SYSTEMS:
+    from balms.agents.registry import get_system
+
+    if not get_system(spec_.system).batchable:
         return {"batched": False, "why": f"{spec_.system} makes several dependent calls per sample: direct calls"}
     cache = shared_cache()
     backend = build_raw_backend(spec_.model)

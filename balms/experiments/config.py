@@ -20,10 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from balms import paths
+from balms.agents.registry import PAPER_SYSTEMS, system_names
+from balms.data.registry import DATASETS
 
-PROFILES_DIR = paths.PROJECT_ROOT / "profiles"
-SYSTEMS = ("healthllm", "rag", "raptor", "phia")
-DATASETS = ("diversityone", "pmdata", "globem")
+# the profiles ship inside the package (an installed wheel has them); `profiles/` in the checkout links here
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+SYSTEMS = PAPER_SYSTEMS  # the default grid: the paper's four (a registered system of ours or a plugin's by name)
 
 
 class ConfigError(ValueError):
@@ -88,6 +90,7 @@ class ExperimentConfig(BaseModel):
     reasoning_cot_max_tokens: int = 4096
     reasoning_phia_step_tokens: int = 2048
     raptor_summary_tokens: int = 48  # max tokens of one RAPTOR day summary
+    retrieval_top_k: int = 3  # RAG's and RAPTOR's top-k (the paper's top-3)
     raptor_memory: Literal["lookback", "history"] = "lookback"  # history = every earlier day (the paper's)
     # look-back (days) of every cell outside notebook 03's sweep; None = each dataset's own (DiversityOne 7,
     # PMData and GLOBEM 14). Same target days either way: the window is cut to its last `lookback` days.
@@ -133,9 +136,10 @@ class ExperimentConfig(BaseModel):
     @field_validator("systems", "horizon_systems", "ablation_systems", "judge_systems", "cot_systems")
     @classmethod
     def _known_systems(cls, v: list[str] | None) -> list[str] | None:
-        bad = [s for s in v or [] if s not in SYSTEMS]
+        known = system_names()
+        bad = [s for s in v or [] if s not in known]
         if bad:
-            raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+            raise ValueError(f"unknown system(s) {bad}; known: {known}")
         return v
 
     @field_validator("evaluation_rule")
@@ -157,12 +161,13 @@ class ExperimentConfig(BaseModel):
     @field_validator("system_backbones")
     @classmethod
     def _known_system_keys(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = [s for s in v if s not in SYSTEMS]
+        known = system_names()
+        bad = [s for s in v if s not in known]
         if bad:
-            raise ValueError(f"unknown system(s) {bad}; known: {list(SYSTEMS)}")
+            raise ValueError(f"unknown system(s) {bad}; known: {known}")
         return v
 
-    @field_validator("n_samples", "concurrency", "phia_max_iters", "reasoning_zs_max_tokens",
+    @field_validator("n_samples", "concurrency", "phia_max_iters", "retrieval_top_k", "reasoning_zs_max_tokens",
                      "reasoning_cot_max_tokens", "reasoning_phia_step_tokens")
     @classmethod
     def _non_negative(cls, v: int) -> int:
@@ -173,12 +178,13 @@ class ExperimentConfig(BaseModel):
     @field_validator("n_samples_by")
     @classmethod
     def _sample_keys(cls, v: dict[str, int]) -> dict[str, int]:
-        valid = {f"{d}{s}{c}" for d in DATASETS for s in ("", *(f".{x}" for x in SYSTEMS)) for c in ("", ".cot")}
+        known = system_names()
+        valid = {f"{d}{s}{c}" for d in DATASETS for s in ("", *(f".{x}" for x in known)) for c in ("", ".cot")}
         for key, n in v.items():
             if key not in valid:
                 raise ValueError(f"n_samples_by key {key!r}: expected '<dataset>', '<dataset>.<system>', "
                                  f"'<dataset>.cot' or '<dataset>.<system>.cot' with a dataset in {list(DATASETS)} "
-                                 f"and a system in {list(SYSTEMS)}")
+                                 f"and a system in {known}")
             if not isinstance(n, int) or n < 0:
                 raise ValueError(f"n_samples_by[{key!r}] = {n!r}: expected an integer >= 0")
         return v

@@ -8,6 +8,7 @@ other code.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -21,40 +22,13 @@ from balms.experiments.cohorts import cohort, with_lookback
 from balms.experiments.config import ExperimentConfig
 from balms.records import PredictionRecord
 
-PROMPT_SYSTEMS = ("healthllm", "rag", "raptor")  # the systems whose prompt template has a style
-
 
 def agent_options(cfg: ExperimentConfig, system: str, cot: bool, extra: dict | None = None,
                   model: str | None = None) -> dict:
-    """The options a system gets from the configuration (then `extra`, e.g. an ablation's channels). Token
-    budgets follow the model: reasoning models get their own (balms.models.budgets.budget_for)."""
-    from balms.agents.registry import agent_options as accepted
-    from balms.models.budgets import budget_for
+    """The options a system gets from the configuration (then `extra`): the systems registry's rule."""
+    from balms.agents.registry import config_options
 
-    def budget(role: str) -> int:
-        return budget_for(model, role, cfg) if model else int(getattr(cfg, {
-            "zs": "zs_max_tokens", "cot": "cot_max_tokens", "phia_step": "phia_step_tokens",
-            "raptor_summary": "raptor_summary_tokens"}[role]))
-
-    opts: dict = {"max_tokens": budget("cot" if cot else "zs"), "seed": cfg.seed}
-    if system == "phia":
-        opts.update(max_iters=cfg.phia_max_iters, max_tokens=budget("phia_step"), executor="faithful",
-                    primer=cfg.phia_primer, fence_stop=cfg.phia_fence_stop, frame_span=cfg.phia_frame_span,
-                    sleep_recipe=cfg.phia_sleep_recipe)
-        if cfg.phia_force_answer:
-            opts["force_answer"] = True
-    if system == "raptor":
-        opts.update(memory=cfg.raptor_memory, summary_max_tokens=budget("raptor_summary"))
-    if system in PROMPT_SYSTEMS and "style" in accepted(system):
-        opts["style"] = cfg.prompt_style
-    if system in PROMPT_SYSTEMS and cot and cfg.prompt_style == "paper" and "cot_format" in accepted(system):
-        opts["cot_format"] = cfg.cot_format
-    if system in PROMPT_SYSTEMS and cot and cfg.cot_force_answer:
-        opts["force_answer"] = True
-        if cfg.cot_force_missing:
-            opts["force_missing"] = True
-    opts.update(extra or {})
-    return opts
+    return config_options(system, cfg, cot, model, extra)
 
 
 def eval_samples(cfg: ExperimentConfig, dataset: str, lookback: int | None = None, *, system: str | None = None,
@@ -74,12 +48,20 @@ class Cell:
     samples: list[Sample]
     agent: object
 
+    @classmethod
+    def from_spec(cls, spec: CellSpec, cfg: ExperimentConfig | None = None) -> "Cell":
+        """Rebuild a cell from its spec alone (a run manifest's `cell`): the agent from the recorded options, the
+        samples from the recorded ids. `cfg` gives only where the data is (raw_root) and the cache mode. The data
+        must be the data the spec was made on; code changed since gives a new spec (a warning says so)."""
+        return cell_from_spec(spec, cfg)
+
 
 def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, cot: bool = False,
               lookback: int | None = None, options: dict | None = None,
-              samples: list[Sample] | None = None) -> Cell:
-    """The spec of one cell, its samples (the config's seeded evaluation samples unless given) and agent."""
-    from balms.agents.registry import make_agent
+              samples: list[Sample] | None = None, key_only: bool = False) -> Cell:
+    """The spec of one cell, its samples (the config's seeded evaluation samples unless given) and agent.
+    `key_only`: no backend is built (the spec is wanted, not a run)."""
+    from balms.agents.registry import build_agent
     from balms.models.registry import get_backend
 
     if samples is None:
@@ -87,13 +69,59 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     elif lookback is not None:  # given samples keep their own look-back unless one is asked for
         samples = [with_lookback(s, lookback) for s in samples]
     lb = samples[0].lookback if samples else int(lookback or 0)
-    agent = make_agent(system, cot=cot, **agent_options(cfg, system, cot, options, model=model))
-    backend = get_backend(model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+    agent = build_agent(system, cfg, cot=cot, model=model, extra=options)
+    # the plan computes keys without a server: the replay stand-in reports the registry's exact id
+    backend = get_backend(model, cache_mode="replay" if key_only else cfg.cache_mode, servers=cfg.servers)
     opts = agent.options()
     spec = CellSpec(dataset=dataset, system=system, model=model, model_id=backend.model_id, cot=cot, lookback=lb,
                     options=opts, prompt_style=opts.get("style"), sample_ids=tuple(s.sample_id for s in samples),
                     data_fingerprint=cohort(dataset, cfg).fingerprint, code_fingerprint=code_fingerprint())
     return Cell(spec, samples, agent)
+
+
+def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
+    """See `Cell.from_spec`."""
+    import warnings
+
+    from balms.agents.registry import get_system, make_agent
+    from balms.data.schema import DataError
+
+    cfg = cfg or ExperimentConfig()
+    co = cohort(spec.dataset, cfg)
+    if spec.data_fingerprint and co.fingerprint != spec.data_fingerprint:
+        raise DataError(co.tables.raw_dir or spec.dataset, f"the spec {spec.key()} was made on data with fingerprint "
+                        f"{spec.data_fingerprint}, the data here has {co.fingerprint}: not the same data")
+    by_day = {(s.user, s.target_date.isoformat()): s for s in co.sampleset.samples}
+    samples, missing = [], []
+    for sid in spec.sample_ids:
+        _, user, day, _ = sid.split("/")
+        s = by_day.get((user, day))
+        if s is None:
+            missing.append(sid)
+        else:
+            samples.append(with_lookback(s, spec.lookback) if s.lookback != spec.lookback else s)
+    if missing:
+        raise DataError(co.tables.raw_dir or spec.dataset, f"spec {spec.key()}: {len(missing)} sample(s) not in the "
+                        f"data, e.g. {missing[:3]}")
+    accepted = set(get_system(spec.system).accepted_options())
+    opts = {k: v for k, v in spec.options.items() if k in accepted}
+    if isinstance(opts.get("limits"), dict):
+        from balms.sandbox import SandboxLimits
+
+        opts["limits"] = SandboxLimits(**opts["limits"])
+    agent = make_agent(spec.system, cot=spec.cot, **opts)
+    rebuilt = spec.model_copy(update={"code_fingerprint": code_fingerprint()})
+    differs = sorted(k for k in set(spec.options) | set(agent.options())
+                     if json.dumps(spec.options.get(k), sort_keys=True, default=str)
+                     != json.dumps(agent.options().get(k), sort_keys=True, default=str))
+    if differs:
+        raise ValueError(f"spec {spec.key()}: the agent rebuilt from its options records {differs} differently; "
+                         "the spec was made by other agent code")
+    if rebuilt.key() != spec.key():
+        warnings.warn(f"cell {spec.key()} rebuilt under the current code is {rebuilt.key()} (code fingerprint "
+                      f"{spec.code_fingerprint} -> {rebuilt.code_fingerprint}): it runs into a new run file",
+                      stacklevel=2)
+    return Cell(rebuilt, samples, agent)
 
 
 def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -> list[PredictionRecord]:
@@ -131,64 +159,92 @@ def describe_cell(spec: CellSpec, options: dict | None = None) -> str:
                                 f"L{spec.lookback}", extra) if x)
 
 
-def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,),
-             lookbacks=(None,), options: dict | None = None, samples_for=None,
-             keep_transcript: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Run every cell of the grid; one row per prediction record (transcripts only when asked: they are big).
+def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, key_only: bool = False) -> Cell:
+    """A declared cell (balms.experiments.cells.CellDecl) made runnable: its samples, agent and spec.
+    `samples_of` shares the sample draw between the cells of one grid (keyed by dataset and draw look-back)."""
+    samples = None
+    if decl.sample_lookback is not None:
+        key = (decl.dataset, decl.sample_lookback)
+        if samples_of is None or key not in samples_of:
+            drawn = cohort(decl.dataset, cfg, lookback=decl.sample_lookback).eval_samples(
+                cfg.n_for(decl.dataset), cfg.seed, cfg.n_samples)
+            if samples_of is None:
+                samples_of = {}
+            samples_of[key] = drawn
+        samples = samples_of[key]
+    return make_cell(cfg, decl.dataset, decl.system, decl.model, cot=decl.cot, lookback=decl.lookback,
+                     options=decl.extra or None, samples=samples, key_only=key_only)
+
+
+def run_cells(cfg: ExperimentConfig, decls, *, keep_transcript: bool = False, progress: bool = True) -> pd.DataFrame:
+    """Run declared cells (each once: a cell declared twice is re-read); one row per prediction record, with the
+    declarations' labels as columns (transcripts only when asked: they are big).
 
     With `progress`, each cell is announced on stderr ("[<notebook>] cell 3/12: pmdata rag <model> zs L14",
     the notebook from BALMS_NOTEBOOK, which the Makefile sets) before the runner's bar, so a long `make paper`
     shows where it is; papermill passes the kernel's stderr on to the terminal."""
+    from balms.models.cache import process_calls
     from balms.models.routing import check_models
 
-    # a system with its own backbone (cfg.system_backbones) runs on that one instead of each of `models`; CoT
-    # cells only for cfg.cot_systems (None: every system), in whichever notebook asks (02, 04, 06)
-    combos = list(dict.fromkeys((d, L, m2, s, c) for d in (datasets or cfg.datasets) for L in lookbacks
-                                for m in (models or cfg.backbones) for s in (systems or cfg.systems)
-                                for m2 in cfg.models_for(s, [m]) for c in cots if cfg.runs_cot(s) or not c))
+    decls = list(decls)
     # before the first call: every model known and served somewhere (one message naming each that is not)
-    check_models(list(dict.fromkeys(m for _, _, m, _, _ in combos)), cfg.servers, cache_mode=cfg.cache_mode)
-    from balms.models.cache import process_calls
-
+    check_models(list(dict.fromkeys(c.model for c in decls)), cfg.servers, cache_mode=cfg.cache_mode)
     where = os.environ.get("BALMS_NOTEBOOK")
     calls0 = process_calls()
     samples_of: dict = {}
     rows = []
-    for k, (d, L, m, s, c) in enumerate(combos, 1):
-        if (d, L) not in samples_of:
-            samples_of[(d, L)] = samples_for(d) if samples_for else None
-        cell = make_cell(cfg, d, s, m, cot=c, lookback=L, options=options, samples=samples_of[(d, L)])
+    for k, decl in enumerate(decls, 1):
+        cell = build_cell(cfg, decl, samples_of)
         if progress:
-            print(f"{f'[{where}] ' if where else ''}cell {k}/{len(combos)}: {describe_cell(cell.spec, options)}",
+            print(f"{f'[{where}] ' if where else ''}cell {k}/{len(decls)}: {describe_cell(cell.spec, decl.extra)}",
                   file=sys.stderr, flush=True)
         recs = run_cell_spec(cfg, cell, progress=progress)
         drop = set() if keep_transcript else {"transcript"}
-        rows.extend(r.model_dump(exclude=drop) | {
+        rows.extend(r.model_dump(exclude=drop) | decl.label_values | {
             "n_transcript": len(r.transcript), "cell_key": (r.cell or {}).get("key"),
             "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
             for r in recs)
     if progress:
         calls = {k: v - calls0[k] for k, v in process_calls().items()}
-        print(f"{f'[{where}] ' if where else ''}grid of {len(combos)} cells, {len(rows)} records: "
+        print(f"{f'[{where}] ' if where else ''}grid of {len(decls)} cells, {len(rows)} records: "
               f"{calls['made']} model calls made, {calls['from_cache']} answered from the response cache "
               f"(cache mode {cfg.cache_mode}; records already on disk need neither)", file=sys.stderr, flush=True)
     return pd.DataFrame(rows)
 
 
+def run_declared(cfg: ExperimentConfig, notebook: str, part: str | None = None, **kw) -> pd.DataFrame:
+    """Run the cells `notebook` declares (balms.experiments.cells.cells_for), or one `part` of them."""
+    from balms.experiments.cells import cells_for
+
+    decls = [c for c in cells_for(notebook, cfg) if part is None or c.part == part]
+    if not decls:
+        parts = sorted({c.part for c in cells_for(notebook, cfg)})
+        if part is not None and part not in parts:
+            raise ValueError(f"{notebook} declares no part {part!r}; its parts: {parts}")
+    return run_cells(cfg, decls, **kw)
+
+
+def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,),
+             lookbacks=(None,), options: dict | None = None, keep_transcript: bool = False,
+             progress: bool = True) -> pd.DataFrame:
+    """An ad-hoc grid outside the notebooks' declarations (a student's own question); the notebooks use
+    `run_declared`, so the plan and the report know their cells."""
+    from balms.experiments.cells import _grid
+
+    decls = _grid(cfg, "adhoc", "adhoc", datasets=datasets or cfg.datasets, systems=systems or cfg.systems,
+                  models=models, cots=cots, lookbacks=lookbacks, options=options)
+    return run_cells(cfg, decls, keep_transcript=keep_transcript, progress=progress)
+
+
 def horizon_grid(cfg: ExperimentConfig, *, progress: bool = True) -> pd.DataFrame:
     """Notebook 03's look-back sweep: the same target days (those with `max(lookbacks)` days of history) at every
     look-back, for `horizon_systems` with the horizon backbone on `horizon_datasets`."""
-    max_lb = max(cfg.lookbacks)
-    return run_grid(cfg, datasets=cfg.horizon_datasets, models=[cfg.horizon_model], lookbacks=cfg.lookbacks,
-                    systems=cfg.horizon_systems or cfg.systems, progress=progress,
-                    samples_for=lambda d: cohort(d, cfg, lookback=max_lb).eval_samples(cfg.n_for(d), cfg.seed,
-                                                                                     cfg.n_samples))
+    return run_declared(cfg, "03_long_horizon", progress=progress)
 
 
 def phia_executor_grid(cfg: ExperimentConfig, *, keep_transcript: bool = True, progress: bool = True) -> pd.DataFrame:
     """Notebook 05's PHIA cells, once per executor contract, with an `executor` column."""
-    return pd.concat([run_grid(cfg, systems=["phia"], options={"executor": e}, keep_transcript=keep_transcript,
-                               progress=progress).assign(executor=e) for e in cfg.executors], ignore_index=True)
+    return run_declared(cfg, "05_phia_failures", keep_transcript=keep_transcript, progress=progress)
 
 
 @dataclass
@@ -201,12 +257,14 @@ class GridResult:
     caption: str  # model names, CPU models labelled as such
 
 
-def grid_result(cfg: ExperimentConfig, *, by: list[str] | None = None, **grid_kw) -> GridResult:
-    """`run_grid` + `summarize` + the labels every table and figure carries."""
+def grid_result(cfg: ExperimentConfig, notebook: str | None = None, *, by: list[str] | None = None,
+                **grid_kw) -> GridResult:
+    """The notebook's declared cells (else an ad-hoc `run_grid`) + `summarize` + the labels every table and
+    figure carries."""
     from balms.experiments.summaries import summarize
     from balms.report import model_caption, source_label
 
-    recs = run_grid(cfg, **grid_kw)
+    recs = run_declared(cfg, notebook, **grid_kw) if notebook else run_grid(cfg, **grid_kw)
     summ = summarize(recs, by=by, cfg=cfg)
     return GridResult(recs, summ, source_label(recs["source"]), model_caption(models_run(recs)))
 

@@ -30,17 +30,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from balms.experiments.cells import NOTEBOOKS
 from balms.experiments.config import ExperimentConfig
 
-NOTEBOOKS = (
-    "01_prediction",
-    "02_cot",
-    "03_long_horizon",
-    "04_ablations",
-    "05_phia_failures",
-    "06_latency",
-    "07_rationale_quality",
-)
 # Aggregate vLLM throughput of ONE server (continuous batching, concurrency ~32), tokens/s, and its GPUs, per size
 # class on A6000-class (48 GB) GPUs. Rough engineering figures, not measurements: override with --throughput.
 THROUGHPUT: dict[str, dict[str, float]] = {
@@ -49,7 +41,6 @@ THROUGHPUT: dict[str, dict[str, float]] = {
     "70b": {"prefill": 1200.0, "decode": 120.0, "gpus": 2},  # 8-bit bitsandbytes, tensor parallel 2
     "small": {"prefill": 20000.0, "decode": 3000.0, "gpus": 1},
 }
-BATCHABLE_SYSTEMS = ("healthllm", "rag")  # one call per sample, prompt known up front (balms.experiments.batching)
 TYPICAL_PHIA_CALLS = 4  # code, code, answer (+ one nudge or forced finish): what small backbones mostly do
 TYPICAL_OUTPUT_SHARE = 0.5  # CoT, PHIA steps, summaries and judge verdicts stop well before their budget
 PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
@@ -84,10 +75,7 @@ class PlanCell:
     lookback: int | None = None  # None: the dataset's default look-back
     options: str = "{}"  # extra agent options as sorted JSON (an ablation's channels, PHIA's executor)
     judged_model: str | None = None  # judge cells: whose CoT rationales
-
-    def key(self, default_lookback: dict[str, int]) -> tuple:
-        lb = self.lookback if self.lookback is not None else default_lookback.get(self.dataset)
-        return (self.dataset, self.system, self.model, self.cot, lb, self.options, self.judged_model)
+    key: str | None = None  # agent cells: the CellSpec key that names the run file (the notebooks run exactly these)
 
     @property
     def extra(self) -> dict:
@@ -98,85 +86,33 @@ def _opts(d: dict | None) -> str:
     return json.dumps(d or {}, sort_keys=True)
 
 
-def enumerate_cells(
-    cfg: ExperimentConfig, *, channel_sets: dict[str, list[str]], default_lookback: dict[str, int]
-) -> list[PlanCell]:
-    """Every cell of notebooks 01-07 (as their code calls the grid), deduplicated, first notebook kept.
+def enumerate_cells(cfg: ExperimentConfig, built: dict | None = None) -> list[PlanCell]:
+    """Every cell the profile's notebooks declare (balms.experiments.cells), each once under the first notebook that
+    runs it (same cell key), then notebook 07's judge cells. `built`, when given, receives each agent cell's
+    runnable form (samples, agent, spec) keyed by its PlanCell, so the estimate reads exactly what will run."""
+    from balms.experiments.cells import declared_cells
+    from balms.experiments.grid import build_cell
 
-    `channel_sets`: {"globem_wearable": [...], "pmdata_sleep_hr": [...]} as notebook 04 derives them."""
     cells: list[PlanCell] = []
-
-    def grid(nb, datasets, systems, models, cots=(False,), lookbacks=(None,), options=None):
-        for d in datasets:
-            for lb in lookbacks:
-                for m0 in models:
-                    for s in systems:
-                        for m in cfg.models_for(s, [m0]):  # as run_grid: a system's own backbone wins
-                            for c in cots:
-                                if c and not cfg.runs_cot(s):  # as run_grid: CoT only for cot_systems
-                                    continue
-                                cells.append(PlanCell(nb, d, s, m, c, lb, _opts(options)))
-
-    grid("01_prediction", cfg.datasets, cfg.systems, cfg.backbones)
-    grid("02_cot", cfg.datasets, cfg.cot_systems or cfg.systems, cfg.backbones, cots=(False, True))
-    grid(
-        "03_long_horizon",
-        cfg.horizon_datasets,
-        cfg.horizon_systems or cfg.systems,
-        [cfg.horizon_model],
-        lookbacks=cfg.lookbacks,
-    )
-    for cot in (False, True):
-        grid("04_ablations", ["globem"], cfg.ablation_systems, cfg.backbones, cots=(cot,))
-        grid(
-            "04_ablations",
-            ["globem"],
-            cfg.ablation_systems,
-            cfg.backbones,
-            cots=(cot,),
-            options={"channels": channel_sets.get("globem_wearable", [])},
-        )
-    grid("04_ablations", ["pmdata"], ["healthllm"], cfg.backbones)
-    grid("04_ablations", ["pmdata"], ["healthllm"], cfg.backbones, options={"context": False})
-    grid(
-        "04_ablations",
-        ["pmdata"],
-        ["healthllm"],
-        cfg.backbones,
-        options={"channels": channel_sets.get("pmdata_sleep_hr", [])},
-    )
-    for e in cfg.executors:
-        grid("05_phia_failures", cfg.datasets, ["phia"], cfg.backbones, options={"executor": e})
-    grid("06_latency", cfg.datasets, cfg.systems, cfg.backbones, cots=(False, True))
-    for d in cfg.judged_datasets:
-        for m0 in cfg.backbones:
-            for s in cfg.judge_systems:
-                m = cfg.models_for(s, [m0])[0]
-                cells.append(PlanCell("07_rationale_quality", d, s, m, True))  # the CoT cell it judges
-                cells.append(
-                    PlanCell(
-                        "07_rationale_quality",
-                        d,
-                        "judge",
-                        cfg.judge_model,
-                        True,
-                        options=_opts({"system": s}),
-                        judged_model=m,
-                    )
-                )
-    if cfg.notebooks is not None:  # the profile runs only these notebooks
-        cells = [c for c in cells if c.notebook in cfg.notebooks]
-    seen, out = set(), []
-    for c in cells:
-        opts = c.extra
-        if c.system == "phia" and opts.get("executor") == "faithful":  # the grid's default executor
-            opts.pop("executor")
-            c = PlanCell(c.notebook, c.dataset, c.system, c.model, c.cot, c.lookback, _opts(opts), c.judged_model)
-        k = c.key(default_lookback)
-        if k not in seen:
-            seen.add(k)
-            out.append(c)
-    return out
+    seen: set = set()
+    samples_of: dict = {}
+    for decl in declared_cells(cfg):
+        cell = build_cell(cfg, decl, samples_of, key_only=True)
+        key = cell.spec.key()
+        if key not in seen:
+            seen.add(key)
+            pc = PlanCell(decl.notebook, decl.dataset, decl.system, decl.model, decl.cot, cell.spec.lookback,
+                          decl.options, key=key)
+            cells.append(pc)
+            if built is not None:
+                built[pc] = cell
+        if decl.notebook == "07_rationale_quality":  # the judge grades this CoT cell's rationales
+            jc = PlanCell(decl.notebook, decl.dataset, "judge", cfg.judge_model, True,
+                          options=_opts({"system": decl.system}), judged_model=decl.model)
+            cells.append(jc)
+            if built is not None:
+                built[jc] = cell
+    return cells
 
 
 # ------------------------------------------------------------------------------------------- tokens ---
@@ -332,6 +268,11 @@ class Plan:
             "prompts_sampled_per_cell": self.per_cell,
             "retrieval_embedding": "real (all-MiniLM-L6-v2)" if self.embed else "stand-in hash embedding",
             "n_cells": len(self.cells),
+            # every cell priced, with the key of the run file it writes (agent cells): exactly what the notebooks run
+            "cells": [{"notebook": ce.cell.notebook, "dataset": ce.cell.dataset, "system": ce.cell.system,
+                       "model": ce.cell.model, "cot": ce.cell.cot, "lookback": ce.cell.lookback,
+                       "options": ce.cell.extra, "judged_model": ce.cell.judged_model, "key": ce.cell.key,
+                       "n_samples": ce.n_samples, "calls_upper": round(ce.upper.calls)} for ce in self.cells],
             "assumptions": ASSUMPTIONS,
         }
 
@@ -375,11 +316,10 @@ def build_plan(
     from balms.agents import prompts as P
     from balms.agents.rag import user_history
     from balms.agents.raptor import day_tables
-    from balms.agents.registry import make_agent
+    from balms.agents.registry import get_system
     from balms.data.channels import get_window, resolve_channels
     from balms.data.render import render_window
     from balms.experiments.cohorts import cohort
-    from balms.experiments.grid import agent_options, eval_samples
     from balms.judges.rubric import build_messages
     from balms.models.budgets import budget_for
 
@@ -387,33 +327,15 @@ def build_plan(
     for k, v in (throughput or {}).items():
         tp.setdefault(k, {}).update(v)
     plan = Plan(cfg.profile, throughput=tp, per_cell=per_cell, embed=embed)
-    datasets = sorted(set(cfg.datasets) | set(cfg.horizon_datasets) | {"globem", "pmdata"})  # 04 runs both always
-    cohorts = {d: cohort(d, cfg) for d in datasets}
+    built: dict = {}
+    cells = enumerate_cells(cfg, built)
+    cohorts = {d: cohort(d, cfg) for d in sorted({c.dataset for c in cells})}
     plan.data_sources = {d: co.source for d, co in cohorts.items()}
-    default_lb = {}
-    for d in cohorts:
-        ev = eval_samples(cfg, d)
-        default_lb[d] = ev[0].lookback if ev else 0
-    sets = {}
-    if "globem" in cohorts:
-        sets["globem_wearable"] = [c.name for c in cohorts["globem"].tables.channels if c.device == "wearable"]
-    if "pmdata" in cohorts:
-        sets["pmdata_sleep_hr"] = [
-            c.name for c in cohorts["pmdata"].tables.channels if any(k in c.name for k in ("sleep", "resting_hr"))
-        ]
-    cells = enumerate_cells(cfg, channel_sets=sets, default_lookback=default_lb)
     models = sorted({c.model for c in cells})
     counters = {m: token_counter(m) for m in models}
     plan.token_counting = {m: c.method for m, c in counters.items()}
-    samples_cache: dict = {}
     prompt_cache: dict = {}  # (dataset, system, cot, lookback, options) -> [(text, n_messages)]
     summary_sets_seen: set = set()
-
-    def samples_for(d, lb, system, cot):
-        n = cfg.n_for(d, system, cot)
-        if (d, lb, n) not in samples_cache:
-            samples_cache[(d, lb, n)] = eval_samples(cfg, d, lb, system=system, cot=cot)
-        return samples_cache[(d, lb, n)]
 
     patch = (
         contextlib.nullcontext()
@@ -428,12 +350,11 @@ def build_plan(
                 progress(i, len(cells), cell)
             d = cell.dataset
             co = cohorts[d]
-            samples = samples_for(d, cell.lookback, cell.system, cell.cot)
-            n = len(samples)
             cnt = counters[cell.model]
             if cell.system == "judge":
                 judged_system = cell.extra["system"]
-                agent = make_agent(judged_system, cot=True, **agent_options(cfg, judged_system, True))
+                samples, agent = built[cell].samples, built[cell].agent  # the CoT cell it grades
+                n = len(samples)
                 rat_tokens = (
                     budget_for(cell.judged_model, "cot", cfg)
                     if judged_system != "phia"
@@ -471,15 +392,16 @@ def build_plan(
                 ty = Usage(n, n * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE), n * out * TYPICAL_OUTPUT_SHARE)
                 plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
                 continue
-            agent = make_agent(cell.system, cot=cell.cot,
-                               **agent_options(cfg, cell.system, cell.cot, cell.extra, model=cell.model))
+            samples, agent = built[cell].samples, built[cell].agent
+            n = len(samples)
             pk = (d, cell.system, cell.cot, cell.lookback, cell.options)
             if pk not in prompt_cache:  # RAPTOR renders every leaf of the history per prompt: fewer of those
-                k = max(1, per_cell // 2) if cell.system == "raptor" else per_cell
+                k = max(1, per_cell // 2) if get_system(cell.system).cost == "raptor" else per_cell
                 prompt_cache[pk] = [_msgs_text(agent.first_prompt(s, co.tables)) for s in _evenly(samples, k)]
             texts = prompt_cache[pk]
             p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)
-            if cell.system == "phia":
+            cost = get_system(cell.system).cost
+            if cost == "phia":
                 step = budget_for(cell.model, "phia_step", cfg)
                 up_calls = int(cfg.phia_max_iters) + 1
                 ty_calls = min(TYPICAL_PHIA_CALLS, up_calls)
@@ -496,10 +418,10 @@ def build_plan(
                 )
             else:
                 out = budget_for(cell.model, "cot" if cell.cot else "zs", cfg)
-                single = cell.system in BATCHABLE_SYSTEMS
+                single = get_system(cell.system).batchable
                 up = Usage(n, n * p0, n * out, single)
                 ty = Usage(n, n * p0, n * (out * TYPICAL_OUTPUT_SHARE if cell.cot else out), single)
-            if cell.system == "raptor":
+            if cost == "raptor":
                 mem_lb = cell.lookback if cfg.raptor_memory == "lookback" else None
                 chans = cell.extra.get("channels")
                 skey = (d, cell.model, json.dumps(chans), cfg.raptor_memory, mem_lb)

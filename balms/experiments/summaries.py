@@ -3,6 +3,8 @@ layouts with the paper's numbers beside ours."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -46,7 +48,29 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
     return pd.DataFrame(rows)
 
 
-PAPER_SYSTEM_NAMES = {"healthllm": "Health-LLM", "rag": "RAG", "raptor": "Raptor", "phia": "PHIA"}
+class _SystemLabels(Mapping):
+    """system -> the name tables show (the systems registry's label: the paper's name, or ours marked)."""
+
+    def __getitem__(self, system: str) -> str:
+        from balms.agents.registry import get_system
+
+        try:
+            return get_system(system).label
+        except ValueError:
+            raise KeyError(system) from None
+
+    def __iter__(self):
+        from balms.agents.registry import system_names
+
+        return iter(system_names())
+
+    def __len__(self) -> int:
+        from balms.agents.registry import system_names
+
+        return len(system_names())
+
+
+PAPER_SYSTEM_NAMES: Mapping[str, str] = _SystemLabels()
 # The paper's judge scope (Figure 4, Table 6): GLOBEM rationales of three systems
 PAPER_JUDGE_DATASETS = ("globem",)
 PAPER_JUDGE_SYSTEMS = ("healthllm", "rag", "phia")

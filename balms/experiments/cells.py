@@ -1,0 +1,133 @@
+"""Which cells each notebook runs, declared once: `cells_for(notebook, cfg)`.
+
+The notebooks run exactly these (`run_declared`), `balms plan` prices exactly these, and the report, the bundle
+and `balms runs status/gc` know from them which run files are current. A cell declaration names the notebook and
+the part of it (one table's grid), the cell's fields (dataset, system, model, CoT, look-back, extra options) and
+the labels the notebook's table groups by (e.g. `channel_set`); `build(cfg)` turns it into a runnable cell whose
+spec key names its run file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from balms.experiments.config import ExperimentConfig
+
+NOTEBOOKS = ("01_prediction", "02_cot", "03_long_horizon", "04_ablations", "05_phia_failures", "06_latency",
+             "07_rationale_quality")
+
+
+@dataclass(frozen=True)
+class CellDecl:
+    """One cell a notebook runs (frozen, hashable; options and labels as sorted JSON)."""
+
+    notebook: str
+    part: str  # the notebook's grid it belongs to ("zero_shot", "globem_channels", ...)
+    dataset: str
+    system: str
+    model: str
+    cot: bool = False
+    lookback: int | None = None  # None: the configuration's (cfg.lookback, else the dataset's own)
+    options: str = "{}"  # extra agent options (an ablation's channels, PHIA's executor)
+    labels: str = "{}"  # columns the notebook's table groups by ({"channel_set": "fitbit"})
+    sample_lookback: int | None = None  # draw target days with this much history (03: the sweep's longest)
+
+    @property
+    def extra(self) -> dict:
+        return json.loads(self.options)
+
+    @property
+    def label_values(self) -> dict:
+        return json.loads(self.labels)
+
+    def describe(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in self.extra.items())
+        extra = extra[:57] + "..." if len(extra) > 60 else extra
+        return " ".join(x for x in (self.dataset, self.system, self.model, "cot" if self.cot else "zs",
+                                    f"L{self.lookback}" if self.lookback else "", extra) if x)
+
+
+def _json(d: dict | None) -> str:
+    return json.dumps(d or {}, sort_keys=True)
+
+
+def _grid(cfg: ExperimentConfig, notebook: str, part: str, *, datasets, systems, models=None, cots=(False,),
+          lookbacks=(None,), options: dict | None = None, labels: dict | None = None,
+          sample_lookback: int | None = None) -> list[CellDecl]:
+    """A notebook's grid in run order (dataset, look-back, model, system, CoT): a system with its own backbone
+    (`system_backbones`) runs on it instead; CoT cells only for `cot_systems`."""
+    out = [CellDecl(notebook, part, d, s, m2, c, L, _json(options), _json(labels), sample_lookback)
+           for d in datasets for L in lookbacks for m in (models or cfg.backbones) for s in systems
+           for m2 in cfg.models_for(s, [m]) for c in cots if cfg.runs_cot(s) or not c]
+    return list(dict.fromkeys(out))
+
+
+@lru_cache(maxsize=16)
+def _channel_sets(raw_root: str | None, seed: int) -> dict[str, list[str]]:
+    """Notebook 04's channel sets, from the data present: GLOBEM's wearable channels, PMData's sleep + resting HR."""
+    from balms.experiments.cohorts import cohort
+
+    cfg = ExperimentConfig(raw_root=raw_root, seed=seed)
+    gl, pm = cohort("globem", cfg).tables, cohort("pmdata", cfg).tables
+    return {"globem_wearable": [c.name for c in gl.channels if c.device == "wearable"],
+            "pmdata_sleep_hr": [c.name for c in pm.channels if any(k in c.name for k in ("sleep", "resting_hr"))]}
+
+
+def channel_sets(cfg: ExperimentConfig) -> dict[str, list[str]]:
+    return _channel_sets(cfg.raw_root, cfg.seed)
+
+
+def _ablations(cfg: ExperimentConfig) -> list[CellDecl]:
+    sets = channel_sets(cfg)
+    nb, out = "04_ablations", []
+    for cot in (False, True):
+        out += _grid(cfg, nb, "globem_channels", datasets=["globem"], systems=cfg.ablation_systems, cots=(cot,),
+                     labels={"channel_set": "full"})
+        out += _grid(cfg, nb, "globem_channels", datasets=["globem"], systems=cfg.ablation_systems, cots=(cot,),
+                     options={"channels": sets["globem_wearable"]}, labels={"channel_set": "fitbit"})
+    pm = dict(cfg=cfg, notebook=nb, part="pmdata_channels", datasets=["pmdata"], systems=["healthllm"])
+    out += _grid(**pm, labels={"channel_set": "all + same-day mood"})
+    out += _grid(**pm, options={"context": False}, labels={"channel_set": "all, no same-day mood"})
+    out += _grid(**pm, options={"channels": sets["pmdata_sleep_hr"]}, labels={"channel_set": "sleep + resting HR"})
+    for style in ("paper", "corrected"):
+        out += _grid(cfg, nb, "prompt_style", datasets=["pmdata"], systems=["healthllm"], options={"style": style},
+                     labels={"style": style})
+    return out
+
+
+def cells_for(notebook: str, cfg: ExperimentConfig) -> list[CellDecl]:
+    """The agent cells `notebook` runs under `cfg`, in run order (07: the CoT cells whose rationales it judges)."""
+    if notebook == "01_prediction":
+        return _grid(cfg, notebook, "zero_shot", datasets=cfg.datasets, systems=cfg.systems)
+    if notebook == "02_cot":
+        return _grid(cfg, notebook, "cot", datasets=cfg.datasets, systems=cfg.cot_systems or cfg.systems,
+                     cots=(False, True))
+    if notebook == "03_long_horizon":
+        return _grid(cfg, notebook, "horizon", datasets=cfg.horizon_datasets,
+                     systems=cfg.horizon_systems or cfg.systems, models=[cfg.horizon_model],
+                     lookbacks=tuple(cfg.lookbacks), sample_lookback=max(cfg.lookbacks))
+    if notebook == "04_ablations":
+        return _ablations(cfg)
+    if notebook == "05_phia_failures":
+        return [c for e in cfg.executors
+                for c in _grid(cfg, notebook, "executors", datasets=cfg.datasets, systems=["phia"],
+                               options={"executor": e}, labels={"executor": e})]
+    if notebook == "06_latency":
+        return _grid(cfg, notebook, "latency", datasets=cfg.datasets, systems=cfg.systems, cots=(False, True))
+    if notebook == "07_rationale_quality":  # the CoT cell of each judged (dataset, system, backbone)
+        return list(dict.fromkeys(CellDecl(notebook, "judged", d, s, cfg.models_for(s, [m0])[0], True)
+                                  for d in cfg.judged_datasets for m0 in cfg.backbones for s in cfg.judge_systems))
+    return []
+
+
+def profile_notebooks(cfg: ExperimentConfig) -> list[str]:
+    """The grid notebooks the profile runs (its `notebooks:`, else all of them), in order."""
+    return [nb for nb in NOTEBOOKS if cfg.notebooks is None or nb in cfg.notebooks]
+
+
+def declared_cells(cfg: ExperimentConfig) -> list[CellDecl]:
+    """Every cell of every notebook the profile runs, in notebook order (a cell two notebooks share appears twice:
+    it runs once, its records are re-read)."""
+    return [c for nb in profile_notebooks(cfg) for c in cells_for(nb, cfg)]
