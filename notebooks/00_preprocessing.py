@@ -24,6 +24,7 @@
 profile = "demo"
 datasets = None
 seed = None
+evaluation_rule = None
 settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
@@ -31,11 +32,12 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from balms import experiments as ex, paths, report
+from balms import experiments as ex, report
 from balms.data.evaluation import EVALUATION_RULE_TEXT
 from balms.data.loading import load_dataset
+from balms.data.registry import dataset_names
 from balms.data.samples import DEFAULT_RULE, SAMPLE_RULE_TEXT
-from balms.data.summary import (all_rule_summaries, dataset_summary, evaluation_rule, evaluation_rule_table,
+from balms.data.summary import (all_rule_summaries, dataset_summary, evaluation_rule_table, evaluation_statement,
                                 sample_rule_table, table5_eval_sets)
 from balms.experiments import claims
 
@@ -44,14 +46,14 @@ NB = "00_preprocessing"
 by_rule = all_rule_summaries(cfg.datasets, seed=cfg.seed)  # every named sample rule, each dataset loaded once
 summaries = by_rule[DEFAULT_RULE]
 # Table 5 and the evaluation rules are data only (no model call): every dataset, whatever the profile's `datasets`
-all_tables = {d: load_dataset(d) for d in paths.DATASETS}
+all_tables = {d: load_dataset(d) for d in dataset_names()}
 
 # %% [markdown]
 # ## The evaluation rule
-# One statement, used by every notebook (`balms.data.summary.evaluation_rule`, the same text as in the README).
+# One statement, used by every notebook (`balms.data.summary.evaluation_statement`, the same text as in the README).
 
 # %%
-print(evaluation_rule(DEFAULT_RULE, cfg.evaluation_rule))
+print(evaluation_statement(DEFAULT_RULE, cfg.evaluation_rule))
 
 # %% [markdown]
 # ## Candidate sample rules, side by side
@@ -108,9 +110,14 @@ for d, g in ev_rules.groupby("dataset", sort=False):
     near = ", ".join(f"{s}/{e} {r.mean_predictor_mae:.3f}" for (s, e), r in g.iterrows()
                      if round(r.mean_predictor_mae, 2) == r0.paper_mean_predictor_mae)
     print(f"{d} ({r0.source}, {r0.users} users): samples per sample rule "
-          f"{dict(g.xs('heldout30', level=1)['n_samples'])}; paper Table 5 {r0.paper_table5_n}, Table 7 "
+          f"{ {k: int(v) for k, v in g.xs('heldout30', level=1)['n_samples'].items()} }; paper Table 5 "
+          f"{r0.paper_table5_n}, Table 7 "
           f"{r0.paper_table7_n}. Rules that score every sample: {every}. Mean predictor equal to the paper's "
           f"{r0.paper_mean_predictor_mae} at two decimals: {near or 'none'}.")
+    own = g.xs(DEFAULT_RULE, level=0)["mean_predictor_mae"]
+    print(f"  under {DEFAULT_RULE!r}: global leave-one-out {own['all_days_loo']:.3f}, per-user leave-one-out "
+          f"{own['all_days_user_loo']:.3f}, per-user earlier days {own['all_days_user_earlier']:.3f}, ours (heldout30) "
+          f"{own['heldout30']:.3f}; paper {r0.paper_mean_predictor_mae}.")
 print(f"This profile's evaluation rule: {cfg.evaluation_rule!r}: {EVALUATION_RULE_TEXT[cfg.evaluation_rule]}.")
 
 # %% [markdown]
@@ -119,7 +126,7 @@ print(f"This profile's evaluation rule: {cfg.evaluation_rule!r}: {EVALUATION_RUL
 
 # %%
 # NBVAL_CHECK_OUTPUT
-t5_summaries = {d: summaries.get(d) or dataset_summary(d, seed=cfg.seed, tables=all_tables[d]) for d in paths.DATASETS}
+t5_summaries = {d: summaries.get(d) or dataset_summary(d, seed=cfg.seed, tables=all_tables[d]) for d in dataset_names()}
 t5 = table5_eval_sets(t5_summaries)  # the paper's Table 5 rows beside our counts (balms.data.summary)
 report.save_table(t5, "table5_eval_sets", artefact="Table 5", notebook=NB, source=report.source_label(t5["source"]),
                   profile=cfg.profile,

@@ -9,7 +9,7 @@ import pytest
 
 from balms.data.evaluation import EVALUATION_RULE_TEXT, EVALUATION_RULES
 from balms.data.samples import SAMPLE_RULES
-from balms.data.summary import TABLE5_COLUMNS, evaluation_rule, sample_rule_table, table5_eval_sets
+from balms.data.summary import TABLE5_COLUMNS, evaluation_statement, sample_rule_table, table5_eval_sets
 
 
 def _summ(source, users, n, mae, n_test=None, dropped=None):
@@ -44,9 +44,9 @@ def test_sample_rule_table_marks_the_benchmark_rule_and_counts_every_filter():
 def test_evaluation_rule_names_the_sample_rule_and_the_evaluation_rule():
     for r in SAMPLE_RULES:
         for e in EVALUATION_RULES:
-            text = evaluation_rule(r, e)
+            text = evaluation_statement(r, e)
             assert repr(r) in text and repr(e) in text and EVALUATION_RULE_TEXT[e] in text
-    assert "30%" in evaluation_rule("balms", "heldout30")
-    assert "leave-one-out" in evaluation_rule("balms", "all_days_loo")
+    assert "30%" in evaluation_statement("balms", "heldout30")
+    assert "leave-one-out" in evaluation_statement("balms", "all_days_loo")
     with pytest.raises(KeyError):
-        evaluation_rule("tuned")
+        evaluation_statement("tuned")
