@@ -87,6 +87,9 @@ NB_TEST := build/test-notebooks
 test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder, current code) and check them with nbval
 	rm -rf $(NB_TEST)
 	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
+	@# the cells the notebooks ran are exactly the cells the plan prices (balms.experiments.cells declares both)
+	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(PY) -m balms.cli runs status --profile smoke --strict
+	BALMS_NB_RUNS=$(CURDIR)/$(NB_TEST)/runs $(PY) -m pytest -q -p no:cacheprovider tests/test_declared_runs.py
 	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(NB_TEST)/executed
 
 sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)

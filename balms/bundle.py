@@ -198,7 +198,7 @@ def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | No
                   keys: set[str] | None = None) -> dict:
     """One archive with the profile's runs, the responses they used, checksums and provenance. `keys`: only the
     run files of these cells (the CLI passes the cells the profile declares now; superseded files stay out)."""
-    from balms.experiments.runfiles import key_of
+    from balms.cellspec import key_of_run_file as key_of
 
     root = paths.runs_dir() / profile
     if not root.is_dir():

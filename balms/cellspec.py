@@ -62,6 +62,18 @@ def code_fingerprint(rels: tuple[str, ...] = CODE_PATHS, root: str | None = None
     return h.hexdigest()[:16]
 
 
+# files that belong to a run file (same stem): its manifest, the judge's verdicts, the writer's lock
+RUN_COMPANIONS = (".manifest.json", ".judge.jsonl", ".jsonl.lock")
+
+
+def key_of_run_file(path) -> str:
+    """The cell key a run file's (or one of its companions') name ends with (`run_name`)."""
+    name = Path(path).name
+    for suffix in (*RUN_COMPANIONS, ".jsonl"):
+        name = name.removesuffix(suffix)
+    return name.rsplit("__", 1)[-1]
+
+
 def run_name(system: str, model: str, cot: bool, lookback: int, key: str) -> str:
     """The run file's stem: readable cell fields, then the spec key that identifies it."""
     safe = model.replace("/", "_").replace(" ", "_")

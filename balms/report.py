@@ -17,18 +17,12 @@ import numpy as np
 import pandas as pd
 
 from balms import paths
+from balms.data.loading import source_label  # noqa: F401 - notebooks call report.source_label
+from balms.models.registry import model_caption  # noqa: F401 - notebooks call report.model_caption
 from balms.paper import paper_table  # noqa: F401 - notebooks call report.paper_table
 from balms.paths import index_path, output_dirs  # the index helpers live in paths: report_html uses them too
 
 INDEX_COLUMNS = ["artefact", "path", "notebook", "source", "profile", "models", "n", "caption"]
-
-
-def source_label(sources: Iterable[str]) -> str:
-    """'real', 'synthetic' or 'mixed' for a set of per-dataset sources."""
-    s = {x for x in sources if x}
-    if not s:
-        raise ValueError("no data source given")
-    return s.pop() if len(s) == 1 else "mixed"
 
 
 def _register(profile: str, row: dict) -> None:
@@ -103,17 +97,6 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, on: list[str], values:
         m[f"diff_{v}"] = m[f"ours_{v}"] - m[f"paper_{v}"]
         cols += [f"paper_{v}", f"ours_{v}", f"diff_{v}"]
     return m[cols]
-
-
-def model_caption(models: Iterable[str]) -> str:
-    """'qwen2.5-coder-1.5b (embedded CPU model, not a paper backbone)' and the like, for titles."""
-    from balms.models.registry import model_info  # local import: report must not load model code eagerly
-
-    parts = []
-    for m in models:
-        info = model_info(m)
-        parts.append(f"{m} (embedded CPU model, not a paper backbone)" if info.is_embedded_cpu else m)
-    return "; ".join(parts)
 
 
 def check_index(profile: str) -> pd.DataFrame:

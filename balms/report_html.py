@@ -221,7 +221,7 @@ def build_report(profile: str, out: Path, *, keys: set[str] | None = None) -> Pa
     #    to the same sample under every other system and backbone (index sample_id -> its pages).
     run_root = paths.runs_dir() / profile
     loaded = []
-    from balms.experiments.runfiles import key_of
+    from balms.cellspec import key_of_run_file as key_of
 
     for run in sorted(run_root.rglob("*.jsonl")) if run_root.exists() else []:
         if run.name.endswith(".judge.jsonl") or (keys is not None and key_of(run) not in keys):

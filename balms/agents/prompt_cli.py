@@ -20,7 +20,12 @@ from pathlib import Path
 from balms import paths
 from balms.data.registry import dataset_names, get_dataset
 
-PROMPT_SYSTEMS = ("healthllm", "rag", "raptor")
+
+def prompt_systems() -> list[str]:
+    """The systems whose prompt template has a style (the systems registry says which)."""
+    from balms.agents.registry import get_system, system_names
+
+    return [s for s in system_names() if get_system(s).prompt_styles]
 
 
 def _tables(dataset: str, raw: str | None):
@@ -145,7 +150,7 @@ def register(subparsers) -> None:
     p.add_argument("--user", required=True)
     p.add_argument("--target", required=True, help="target day YYYY-MM-DD (the window ends the day before)")
     p.add_argument("--lookback", type=int, default=None, help="days (default: 7 DiversityOne, 14 otherwise)")
-    p.add_argument("--system", default="healthllm", choices=PROMPT_SYSTEMS)
+    p.add_argument("--system", default="healthllm", choices=prompt_systems())
     p.add_argument("--style", default="paper", choices=("paper", "corrected"))
     p.add_argument("--cot", action="store_true", help="the chain-of-thought variant")
     p.add_argument("--channels", nargs="+", default=None,

@@ -16,6 +16,7 @@ import hashlib
 import os
 import pickle
 from pathlib import Path
+from typing import Iterable
 
 from balms import paths
 from balms.data.schema import DatasetTables
@@ -38,6 +39,14 @@ def resolve_raw(name: str, raw_root: Path | None = None, *, synthetic_ok: bool =
         raise FileNotFoundError(f"{name}: raw folder {raw} not found (set BALMS_RAW_DIR or pass --raw)")
     from balms.data.synthetic import ensure_synthetic
     return Path(ensure_synthetic(name)), "synthetic"
+
+
+def source_label(sources: Iterable[str]) -> str:
+    """'real', 'synthetic' or 'mixed' for a set of per-dataset sources."""
+    s = {x for x in sources if x}
+    if not s:
+        raise ValueError("no data source given")
+    return s.pop() if len(s) == 1 else "mixed"
 
 
 def tables_cache_key(name: str, raw: Path, source: str, opts: dict) -> str:

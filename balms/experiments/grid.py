@@ -261,8 +261,9 @@ def grid_result(cfg: ExperimentConfig, notebook: str | None = None, *, by: list[
                 **grid_kw) -> GridResult:
     """The notebook's declared cells (else an ad-hoc `run_grid`) + `summarize` + the labels every table and
     figure carries."""
+    from balms.data.loading import source_label
     from balms.experiments.summaries import summarize
-    from balms.report import model_caption, source_label
+    from balms.models.registry import model_caption
 
     recs = run_declared(cfg, notebook, **grid_kw) if notebook else run_grid(cfg, **grid_kw)
     summ = summarize(recs, by=by, cfg=cfg)

@@ -16,18 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from balms.cellspec import RUN_COMPANIONS as _COMPANIONS
+from balms.cellspec import key_of_run_file as key_of
 from balms.experiments.config import ExperimentConfig
-
-# files that belong to a run file (same stem): its manifest, the judge's verdicts, the writer's lock
-_COMPANIONS = (".manifest.json", ".judge.jsonl", ".jsonl.lock")
-
-
-def key_of(run_file: Path) -> str:
-    """The cell key a run file's (or one of its companions') name ends with (balms.cellspec.run_name)."""
-    name = Path(run_file).name
-    for suffix in (*_COMPANIONS, ".jsonl"):
-        name = name.removesuffix(suffix)
-    return name.rsplit("__", 1)[-1]
 
 
 def profile_keys(profile: str, overrides: str = "") -> set[str]:

@@ -278,3 +278,12 @@ def with_spec(name: str, **changes) -> ModelSpec:
 def model_info(name: str) -> ModelSpec:
     """The registry entry for `name` (alias of `spec`, used by reports to label embedded CPU results)."""
     return spec(name)
+
+
+def model_caption(models) -> str:
+    """'qwen2.5-coder-1.5b (embedded CPU model, not a paper backbone)' and the like, for titles."""
+    parts = []
+    for m in models:
+        info = model_info(m)
+        parts.append(f"{m} (embedded CPU model, not a paper backbone)" if info.is_embedded_cpu else m)
+    return "; ".join(parts)
