@@ -6,7 +6,11 @@
 - `sleep_recipe`: "corrected" vs "paper" (the Health-LLM prompt's PMData recipe): on how many window days the
   sleep value PHIA's daily frame holds differs between the two, and by how many minutes (median).
 
-    python bench/bench_phia_options.py [--n 100] [--out bench/phia_options.json]
+With `--real K`, also K real PMData episodes per option value with the embedded model at the demo's PHIA
+settings (balms.experiments.config defaults: faithful executor, code_first primer, fence stop): the prediction,
+the code blocks run, and the first prompt's tokens, so the options' effect on an episode is seen, not assumed.
+
+    python bench/bench_phia_options.py [--n 100] [--real 3] [--out bench/phia_options.json]
 """
 
 from __future__ import annotations
@@ -69,13 +73,45 @@ def measure(dataset: str, n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
+def real_episodes(k: int, seed: int = 0) -> list[dict]:
+    """K PMData episodes per (frame_span, sleep_recipe) variant with the embedded model, demo settings."""
+    from balms.agents.registry import config_options, make_agent
+    from balms.data.loading import load_dataset
+    from balms.data.samples import build_samples
+    from balms.experiments import config
+    from balms.experiments.cohorts import sample_order
+    from balms.models.registry import get_backend
+
+    cfg = config.ExperimentConfig()
+    tables = load_dataset("pmdata")
+    pool = sorted(build_samples(tables).samples, key=lambda s: (s.user, s.target_date))
+    samples = [pool[i] for i in sorted(sample_order(len(pool), k, seed)[:k])]
+    backend = get_backend(cfg.backbones[0])
+    rows = []
+    for span, recipe in (("record", "corrected"), ("lookback", "corrected"), ("record", "paper")):
+        opts = config_options("phia", cfg, False, cfg.backbones[0]) | {"frame_span": span, "sleep_recipe": recipe}
+        agent = make_agent("phia", **opts)
+        for s in samples:
+            r = agent.predict(s, tables, backend)
+            rows.append({"frame_span": span, "sleep_recipe": recipe, "sample_id": s.sample_id, "label": s.label,
+                         "prediction": r.prediction, "code_blocks": sum(st.kind == "code" for st in r.transcript),
+                         "prompt_tokens": r.prompt_tokens, "n_calls": r.n_steps, "error": r.error})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100, help="seeded samples per dataset (the evaluation order)")
+    ap.add_argument("--real", type=int, default=0, help="real PMData episodes per option value (embedded model)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "phia_options.json"))
     a = ap.parse_args(argv)
     rows = measure("pmdata", a.n) + measure("globem", a.n)
-    out = {"command": f"python bench/bench_phia_options.py --n {a.n}", "rows": rows}
+    out = {"command": f"python bench/bench_phia_options.py --n {a.n}" + (f" --real {a.real}" if a.real else ""),
+           "rows": rows}
+    if a.real:
+        out["episodes"] = real_episodes(a.real)
+        for r in out["episodes"]:
+            print(json.dumps(r))
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     for r in rows:
         print(json.dumps(r))
