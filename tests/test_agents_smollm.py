@@ -41,7 +41,7 @@ OPTS = {
     "healthllm": dict(max_tokens=16),
     "rag": dict(max_tokens=16),
     "raptor": dict(max_tokens=16, summary_max_tokens=16, memory="lookback"),
-    "phia": dict(max_tokens=48, max_iters=1),
+    "phia": dict(max_tokens=48, max_iters=1, primer="none", fence_stop=False, force_answer=False),  # the paper's
 }
 LOOKBACK = {"healthllm": 14, "rag": 14, "raptor": 4, "phia": 4}
 
