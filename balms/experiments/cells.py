@@ -42,14 +42,9 @@ class CellDecl:
     def label_values(self) -> dict:
         return json.loads(self.labels)
 
-    def describe(self) -> str:
-        extra = " ".join(f"{k}={v}" for k, v in self.extra.items())
-        extra = extra[:57] + "..." if len(extra) > 60 else extra
-        return " ".join(x for x in (self.dataset, self.system, self.model, "cot" if self.cot else "zs",
-                                    f"L{self.lookback}" if self.lookback else "", extra) if x)
 
-
-def _json(d: dict | None) -> str:
+def options_json(d: dict | None) -> str:
+    """Options or labels as the sorted JSON a declaration (and the plan's cells) carry."""
     return json.dumps(d or {}, sort_keys=True)
 
 
@@ -58,7 +53,7 @@ def _grid(cfg: ExperimentConfig, notebook: str, part: str, *, datasets, systems,
           sample_lookback: int | None = None) -> list[CellDecl]:
     """A notebook's grid in run order (dataset, look-back, model, system, CoT): a system with its own backbone
     (`system_backbones`) runs on it instead; CoT cells only for `cot_systems`."""
-    out = [CellDecl(notebook, part, d, s, m2, c, L, _json(options), _json(labels), sample_lookback)
+    out = [CellDecl(notebook, part, d, s, m2, c, L, options_json(options), options_json(labels), sample_lookback)
            for d in datasets for L in lookbacks for m in (models or cfg.backbones) for s in systems
            for m2 in cfg.models_for(s, [m]) for c in cots if cfg.runs_cot(s) or not c]
     return list(dict.fromkeys(out))

@@ -223,12 +223,25 @@ def run_declared(cfg: ExperimentConfig, notebook: str, part: str | None = None, 
     """Run the cells `notebook` declares (balms.experiments.cells.cells_for), or one `part` of them."""
     from balms.experiments.cells import cells_for
 
-    decls = [c for c in cells_for(notebook, cfg) if part is None or c.part == part]
-    if not decls:
-        parts = sorted({c.part for c in cells_for(notebook, cfg)})
-        if part is not None and part not in parts:
-            raise ValueError(f"{notebook} declares no part {part!r}; its parts: {parts}")
-    return run_cells(cfg, decls, **kw)
+    declared = cells_for(notebook, cfg)
+    if part is not None and part not in {c.part for c in declared}:
+        raise ValueError(f"{notebook} declares no part {part!r}; its parts: {sorted({c.part for c in declared})}")
+    return run_cells(cfg, [c for c in declared if part is None or c.part == part], **kw)
+
+
+def unique_cells(cfg: ExperimentConfig) -> list[tuple]:
+    """(declaration, runnable cell) for every cell the profile's notebooks declare, each once (the first notebook
+    that runs it; equal spec keys are one cell), built without a backend: what the plan prices and which run files
+    are current."""
+    from balms.experiments.cells import declared_cells
+
+    out, seen, samples_of = [], set(), {}
+    for decl in declared_cells(cfg):
+        cell = build_cell(cfg, decl, samples_of, key_only=True)
+        if cell.spec.key() not in seen:
+            seen.add(cell.spec.key())
+            out.append((decl, cell))
+    return out
 
 
 def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,),

@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from balms.experiments.cells import NOTEBOOKS
+from balms.experiments.cells import NOTEBOOKS, options_json
 from balms.experiments.config import ExperimentConfig
 
 # Aggregate vLLM throughput of ONE server (continuous batching, concurrency ~32), tokens/s, and its GPUs, per size
@@ -82,10 +82,6 @@ class PlanCell:
         return json.loads(self.options)
 
 
-def _opts(d: dict | None) -> str:
-    return json.dumps(d or {}, sort_keys=True)
-
-
 def enumerate_cells(cfg: ExperimentConfig, built: dict | None = None) -> list[PlanCell]:
     """Every cell the profile's notebooks declare (balms.experiments.cells), each once under the first notebook that
     runs it (same cell key), then notebook 07's judge cells. `built`, when given, receives each agent cell's
@@ -108,7 +104,7 @@ def enumerate_cells(cfg: ExperimentConfig, built: dict | None = None) -> list[Pl
                 built[pc] = cell
         if decl.notebook == "07_rationale_quality":  # the judge grades this CoT cell's rationales
             jc = PlanCell(decl.notebook, decl.dataset, "judge", cfg.judge_model, True,
-                          options=_opts({"system": decl.system}), judged_model=decl.model)
+                          options=options_json({"system": decl.system}), judged_model=decl.model)
             cells.append(jc)
             if built is not None:
                 built[jc] = cell

@@ -36,15 +36,10 @@ def run_files(runs_root: Path) -> list[Path]:
 
 def declared_keys(cfg: ExperimentConfig) -> dict[str, str]:
     """cell key -> "notebook: cell" for every agent cell the profile's notebooks declare (first notebook kept)."""
-    from balms.experiments.cells import declared_cells
-    from balms.experiments.grid import build_cell
+    from balms.experiments.grid import describe_cell, unique_cells
 
-    out: dict[str, str] = {}
-    samples_of: dict = {}
-    for decl in declared_cells(cfg):
-        key = build_cell(cfg, decl, samples_of, key_only=True).spec.key()
-        out.setdefault(key, f"{decl.notebook}: {decl.describe()}")
-    return out
+    return {cell.spec.key(): f"{decl.notebook}: {describe_cell(cell.spec, decl.extra)}"
+            for decl, cell in unique_cells(cfg)}
 
 
 def current_run_files(cfg: ExperimentConfig, runs_root: Path | None = None) -> list[Path]:
