@@ -182,6 +182,41 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
     return g.figure
 
 
+def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order: list | None = None,
+          labels: dict | None = None, title: str = ""):
+    """One polar panel per `col` value, one closed polygon per `hue` value over the `axes` columns (each in [0, 1];
+    the paper's Figure 4 layout). A NaN is drawn at 0 with its axis label marked "n/a" in that panel's legend entry
+    rather than dropped; a panel with no row says so."""
+    import matplotlib.pyplot as plt
+
+    panels = list(col_order) if col_order is not None else list(dict.fromkeys(data[col]))
+    fig, axs = plt.subplots(1, max(len(panels), 1), figsize=(3.6 * max(len(panels), 1), 3.8), squeeze=False,
+                            subplot_kw={"projection": "polar"})
+    theta = np.linspace(0, 2 * np.pi, len(axes), endpoint=False)
+    for ax, v in zip(axs.flat, panels, strict=False):
+        ax.set_title(str(v), fontsize=8, pad=14)
+        ax.set_xticks(theta)
+        ax.set_xticklabels([(labels or {}).get(a, a) for a in axes], fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.set_yticks([0.25, 0.5, 0.75, 1.0])
+        ax.tick_params(axis="y", labelsize=6)
+        sub = data[data[col] == v]
+        if sub.empty:
+            ax.text(0.5, 0.5, "nothing judged", ha="center", va="center", fontsize=7, transform=ax.transAxes)
+            continue
+        for _, r in sub.iterrows():
+            vals = np.array([float(r[a]) for a in axes])
+            missing = [(labels or {}).get(a, a) for a, x in zip(axes, vals, strict=True) if np.isnan(x)]
+            vals = np.nan_to_num(vals, nan=0.0)
+            name = str(r[hue]) + (f" (n/a: {', '.join(missing)})" if missing else "")
+            ax.plot(np.append(theta, theta[0]), np.append(vals, vals[0]), marker="o", markersize=3, label=name)
+            ax.fill(np.append(theta, theta[0]), np.append(vals, vals[0]), alpha=0.15)
+        ax.legend(fontsize=6, loc="upper right", bbox_to_anchor=(1.35, 1.15))
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hue: str, col: str | None = None,
                   row: str | None = None, title: str = "", ylabel: str | None = None, refs: dict | None = None,
                   log: bool = False, missing_label: str = "no parsed answer", col_order: list | None = None,

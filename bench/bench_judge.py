@@ -74,10 +74,9 @@ def synthetic_items(d1: list[dict]) -> list[dict]:
 def real_items(n_per_dataset: int) -> list[dict]:
     """Health-LLM CoT rationales by qwen2.5-coder-0.5b on the demo's first samples (agent calls cached)."""
     from balms.agents.registry import make_agent
-    from balms.data.render import render_window
     from balms.experiments.cohorts import cohort
     from balms.experiments.config import ExperimentConfig
-    from balms.judges.llm_judge import window_for_record
+    from balms.judges.llm_judge import judge_window_text, window_for_record
     from balms.models.registry import get_backend
 
     cfg = ExperimentConfig()
@@ -89,7 +88,8 @@ def real_items(n_per_dataset: int) -> list[dict]:
         for s in co.eval_samples(n_per_dataset, cfg.seed):
             rec = agent.predict(s, co.tables, agent_be)
             win = window_for_record({d: co.tables}, rec)
-            out.append(dict(name=f"real:{rec.sample_id}", window_text=render_window(win), window=win, gold=rec.label,
+            out.append(dict(name=f"real:{rec.sample_id}", window_text=judge_window_text(win, rec), window=win,
+                            gold=rec.label,
                             predicted=rec.prediction, rationale=rec.rationale or "",
                             scale=(win.target.scale_min, win.target.scale_max), target=win.target.label))
     return out

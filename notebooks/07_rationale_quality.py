@@ -15,18 +15,20 @@
 # (Tier 1: six temporal-reasoning checks, 1/0/not invoked; Tier 2: faithfulness, evidence grounding, domain
 # knowledge, safety, clarity, overall on 1-5). Beyond the paper, a deterministic grounding checker verifies every
 # numeric claim against the window the agent saw (value, day, trend). The paper profile uses the paper's judge
-# (`judge_mode = "paper"`: one greedy JSON answer). The demo uses `judge_mode = "geval"` (one question per
-# dimension, the score is the expectation over the judge's score tokens) with `judge_grounding_hint = True` (our
-# extension: the evidence-grounding question sees the checker's findings), because greedy JSON from a CPU model
-# gives every rationale the same scores.
+# (`judge_mode = "paper"`: one greedy JSON answer to the paper's Appendix D prompt, `balms judge prompt`), on the
+# window text its agent was shown (the data lines of the agent's own prompt). The demo uses `judge_mode = "geval"`
+# (one question per dimension, each the paper's line for it; the score is the expectation over the judge's score
+# tokens) with `judge_grounding_hint = True` (our extension: the evidence-grounding question sees the checker's
+# findings), because greedy JSON from a CPU model gives every rationale the same scores. The demo judges PMData
+# and, for Figure 4 and Table 6, the 5 GLOBEM Health-LLM CoT rationales of notebook 04's cell.
 #
 # **What it teaches:** grading explanations: the paper's two-tier LLM-judge rubric, and a deterministic checker of
 # every numeric claim in a rationale.
 #
 # **Paper artefact:** Figure 4, Tables 6 and 8 (case study D.1).
 #
-# **What to look at:** in Figure 4, Tier-1 conditional accuracy per check; in the D.1 table, whether the judge ranks
-# the two case-study rationales as the paper's reading does.
+# **What to look at:** in Figure 4, Tier-1 coverage per check and GQ (GLOBEM, our rows beside the paper's); in
+# the D.1 table, whether the judge ranks the two case-study rationales as the paper's reading does.
 #
 # **Time on the demo profile:** 3:55 cold, 0:09 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
@@ -64,6 +66,7 @@ from balms import experiments as ex, report, paths
 from balms.experiments import claims
 from balms.experiments.checks import record_check
 from balms.judges.grounding import check_rationale
+from balms.judges.rubric import TIER1
 
 cfg = ex.from_notebook(globals())
 NB = "07_rationale_quality"
@@ -87,9 +90,17 @@ print(f"paper scope (Figure 4, Table 6): {len(paper_scope)} rationales; judged g
       f"{sorted(set(judged.dataset))}, systems {sorted(set(judged.system))}")
 
 # %% [markdown]
-# ## Figure 4: Tier-1 temporal reasoning and general quality per backbone and system
+# ## Figure 4: Tier-1 temporal reasoning and GQ per backbone, the systems overlaid
+# As the paper draws it: one radar per backbone, one polygon per system, GLOBEM only. GQ is the paper's: the Tier-2
+# overall Likert score rescaled to [0, 1], (overall - 1) / 4. The Tier-1 axes show coverage (invoked and correct / N,
+# in [0, 1], so a dimension the rationales never invoke sits at 0 as C1 and C5 do in the paper's figure); the
+# paper's caption does not name its Tier-1 measure. Invocation rate and conditional accuracy are in the table.
 
 # %%
+T1_AXES = {f"{d}_coverage": d.split("_")[0].upper() for d in TIER1}
+FIG4_AXES = [*T1_AXES, "gq"]
+
+
 def tier1_long(agg):
     t1 = agg.melt(id_vars=["dataset", "model", "system"], value_vars=[c for c in agg.columns if c.endswith("_cond_acc")],
                   var_name="dimension", value_name="conditional accuracy")
@@ -101,14 +112,13 @@ agg_all = ex.aggregate_judgements(wider, by=["dataset", "model", "system"])
 if len(paper_scope):
     report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src,
                       profile=cfg.profile, models=judged_models + judges, n=len(paper_scope),
-                      caption=f"GLOBEM Tier-1 invocation/accuracy/coverage and Tier-2 means; agents {cap}; judge {jcap}")
-    fig = report.facet(tier1_long(agg), kind="bar", x="dimension", y="conditional accuracy", hue="system", col="model",
-                       col_order=judged_models,
-                       title=f"Figure 4: GLOBEM Tier-1 conditional accuracy, one panel per backbone: {cap}; judge {jcap}; "
-                             f"data {src}")
-    for ax in fig.axes:
-        ax.tick_params(axis="x", rotation=45)
-    report.save_figure(fig, "fig4_tier1", artefact="Figure 4", notebook=NB, source=src, profile=cfg.profile,
+                      caption=f"GLOBEM Tier-1 invocation/accuracy/coverage, Tier-2 means and GQ ((overall - 1) / 4); "
+                              f"agents {cap}; judge {jcap}")
+    fig = report.radar(agg.assign(system=agg.system.map(ex.PAPER_SYSTEM_NAMES)), axes=FIG4_AXES, hue="system",
+                       col="model", col_order=judged_models, labels={**T1_AXES, "gq": "GQ"},
+                       title=f"Figure 4: LLM-as-judge on GLOBEM, Tier-1 coverage and GQ; agents {cap}; judge {jcap} "
+                             f"({mode}); n = {len(paper_scope)} rationales; data {src}")
+    report.save_figure(fig, "fig4_judge_radar", artefact="Figure 4", notebook=NB, source=src, profile=cfg.profile,
                        models=judged_models + judges, n=len(paper_scope))
 else:
     print(f"no judged rationale is in the paper's scope ({', '.join(ex.PAPER_JUDGE_DATASETS)}; "

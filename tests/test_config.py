@@ -49,7 +49,7 @@ def test_defaults_live_in_one_place():
     (prompts, agents' options, the judge); the paper profile changes budgets and models, not the defaults."""
     demo = config.profile_values("demo")
     size_keys = {"datasets", "n_samples", "lookback", "cot_systems", "cot_max_tokens", "raptor_summary_tokens",
-                 "horizon_datasets", "horizon_systems", "ablation_systems"}
+                 "horizon_datasets", "horizon_systems", "ablation_systems", "judge_datasets"}
     assert demo and set(demo) <= size_keys, set(demo) - size_keys
     assert config.load("demo") == config.ExperimentConfig(profile="demo", **demo)
     assert config.load("paper").backbones != config.ExperimentConfig().backbones

@@ -107,3 +107,31 @@ def test_facet_with_no_value_at_all_still_draws_every_panel():
     fig = report.facet(df, kind="bar", x="dimension", y="conditional accuracy", col="model", title="t")
     assert _panel_titles(fig) == ["model = A", "model = B"]
     assert all(any("no values" in t.get_text() for t in ax.texts) for ax in fig.axes)
+
+
+def test_figure4_radar_draws_gq_and_tier1_per_backbone_with_never_invoked_at_zero():
+    """Figure 4's layout: one polar panel per backbone, one polygon per system over C1-C6 and GQ, the paper's GQ
+    being (overall - 1) / 4 from the judgement table; a dimension without a value is drawn at 0 and named."""
+    from balms.judges.llm_judge import JudgeResult, judgement_table
+    from balms.judges.rubric import TIER1, TIER2
+
+    def res(system, model, overall, c1):
+        return JudgeResult(tier1={d: (c1 if d == "c1_alignment" else 1) for d in TIER1},
+                           tier2={d: overall for d in TIER2}, status="scored",
+                           meta={"dataset": "globem", "system": system, "model": model})
+
+    t = judgement_table([res("healthllm", "m1", 5, None), res("healthllm", "m1", 3, None), res("rag", "m1", 1, 1),
+                         res("rag", "m2", 2, 0)], by=("dataset", "model", "system"))
+    got = t.set_index(["model", "system"])["gq"].to_dict()
+    assert got == {("m1", "healthllm"): 0.75, ("m1", "rag"): 0.0, ("m2", "rag"): 0.25}
+    axes = [f"{d}_coverage" for d in TIER1] + ["gq"]
+    t.loc[t.system == "rag", "c2_slicing_coverage"] = np.nan
+    fig = report.radar(t, axes=axes, hue="system", col="model", col_order=["m1", "m2", "m3"])
+    polar = [ax for ax in fig.axes if ax.name == "polar"]
+    assert len(polar) == 3 and [ax.get_title() for ax in polar] == ["m1", "m2", "m3"]
+    lines = polar[0].get_lines()
+    assert len(lines) == 2  # healthllm and rag on m1
+    hl = next(ln for ln in lines if ln.get_label() == "healthllm")
+    assert list(hl.get_ydata()) == [0, 1, 1, 1, 1, 1, 0.75, 0]  # C1 never invoked -> coverage 0; closed polygon
+    assert any("n/a: c2_slicing_coverage" in ln.get_label() for ln in lines)
+    assert "nothing judged" in [t.get_text() for t in polar[2].texts]

@@ -26,10 +26,7 @@ L = math.log
 def dim_of(messages) -> str:
     """Which rubric dimension a geval question asks (the suffix after the shared prefix names it)."""
     q = messages[-1].content.rsplit(">>>", 1)[1]
-    for d in TIER1:
-        if f"({d})" in q or f", {d})" in q:
-            return d
-    for d, text in geval.TIER2_QUESTIONS.items():
+    for d, text in {**TIER1, **TIER2}.items():  # each question carries the paper's line for its dimension
         if text in q:
             return d
     raise AssertionError(f"no dimension in {q[:200]!r}")

@@ -114,7 +114,7 @@ class HealthLLMAgent(PromptAgentBase):
         if self.style == "paper":
             return paper_prompts.healthllm_prompt(window, chans if chans is not None else window.channels,
                                                   cot=self.cot)
-        return prompts.healthllm_prompt(window, cot=self.cot, context=self.context, channels=chans)
+        return prompts.healthllm_prompt(window, cot=self.cot)
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
-
+from balms.data.agent_input import SENSOR_HEADER, input_lines
 from balms.data.paper_notation import (
     PaperChannel,
     channel_line,
@@ -37,14 +36,14 @@ from balms.data.paper_notation import (
     day_label,
     day_values,
     format_paper,
-    judge_window_text,
     paper_channel,
+    profile_block,
     sensor_lines,
 )
 from balms.data.schema import Channel, Window
 
-__all__ = ["PaperChannel", "channel_line", "context_lines", "day_label", "day_values", "format_paper",
-           "healthllm_prompt", "judge_window_text", "memory_prompt", "paper_channel", "sensor_lines"]
+__all__ = ["SENSOR_HEADER", "PaperChannel", "channel_line", "context_lines", "day_label", "day_values",
+           "format_paper", "healthllm_prompt", "paper_channel", "profile_block", "prompt_around", "sensor_lines"]
 
 
 @dataclass(frozen=True)
@@ -63,9 +62,6 @@ PAPER_TARGETS = {
     "globem": PaperTarget("anxiety level", "PHQ-4 Anxiety", "PHQ-4 anxiety"),
     "diversityone": PaperTarget("mood", "Mood", "mood"),
 }
-
-SENSOR_HEADER = "Sensor signals (look-back window)."
-
 
 def paper_target(window: Window) -> PaperTarget:
     t = window.target
@@ -99,26 +95,6 @@ def task_block(window: Window) -> list[str]:
             f"which ranges from {lo} to {hi}."]
 
 
-def profile_block(profile: dict) -> list[str]:
-    def val(key):
-        v = profile.get(key)
-        if v is None or (not isinstance(v, str) and pd.isna(v)):
-            return None
-        return v
-
-    fields = {k: val(k) for k in ("age", "gender", "height_cm", "max_hr")}
-    if all(v is None for v in fields.values()):
-        return []
-
-    def num(v):
-        return "NaN" if v is None else str(int(round(float(v))))
-
-    gender = fields["gender"] if fields["gender"] is not None else "NaN"
-    return ["User profile.",
-            f"The user is a {num(fields['age'])} years old {gender} with {num(fields['height_cm'])} height "
-            f"with a measured maximum heart rate of {num(fields['max_hr'])} bpm."]
-
-
 def question_block(window: Window) -> list[str]:
     return ["Question.", f"What would be the predicted {paper_target(window).question}?"]
 
@@ -131,34 +107,13 @@ def output_block(cot: bool) -> list[str]:
     return lines
 
 
+def prompt_around(window: Window, chans: list[Channel], lines: list[str], *, cot: bool) -> str:
+    """The template around a prompt's data lines (`balms.data.agent_input.input_lines`: profile, sensor lines,
+    same-day self-report): purpose, task instruction, then the lines, question and output format."""
+    return "\n".join([purpose_line(window, chans), *task_block(window), *lines, *question_block(window),
+                      *output_block(cot)])
+
+
 def healthllm_prompt(window: Window, chans: list[Channel], *, cot: bool) -> str:
     """Appendix D's Health-LLM prompt for one window."""
-    return "\n".join([
-        purpose_line(window, chans),
-        *task_block(window),
-        *profile_block(window.profile),
-        SENSOR_HEADER,
-        *sensor_lines(window, chans),
-        *context_lines(window),
-        *question_block(window),
-        *output_block(cot),
-    ])
-
-
-def memory_prompt(window: Window, chans: list[Channel], items: list[str], *, cot: bool, items_header: str,
-                  query: list[str], query_header: str) -> str:
-    """The same template for RAG/RAPTOR: retrieved items, then the query (a day or the whole window)."""
-    return "\n".join([
-        purpose_line(window, chans),
-        *task_block(window),
-        *profile_block(window.profile),
-        items_header,
-        *(items or ["(none)"]),
-        query_header,
-        *query,
-        *context_lines(window),
-        *question_block(window),
-        *output_block(cot),
-    ])
-
-
+    return prompt_around(window, chans, input_lines(window, {"style": "paper"}), cot=cot)

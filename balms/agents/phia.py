@@ -28,13 +28,20 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-import pandas as pd
-
 from balms.agents import prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
 from balms.agents.parsing import NO_ANSWER
-from balms.data.channels import agent_view, channels_option, get_window, prompt_channels, select_subday_channels
-from balms.data.schema import Channel, DatasetTables, Sample, Window
+from balms.data.channels import (  # noqa: F401 (DAILY_FRAME, SUBDAY_FRAME: re-exported, the frames' names)
+    DAILY_FRAME,
+    SUBDAY_FRAME,
+    agent_view,
+    channels_option,
+    frames_option,
+    get_window,
+    prompt_channels,
+    user_frames,
+)
+from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.records import PredictionRecord
 
@@ -56,47 +63,6 @@ def extract_code(text: str) -> tuple[str | None, str]:
     if not kept.rstrip().endswith("```"):
         kept = kept.rstrip("\n") + "\n```"
     return code, kept
-
-
-DAILY_FRAME, SUBDAY_FRAME = "daily_df", "subday_df"  # the paper's trace names
-
-
-def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:
-    """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
-    s = window.sample
-    end = pd.Timestamp(s.window_end)
-    if s.user not in tables.daily.index.get_level_values("user"):
-        raise ValueError(f"{tables.name}: user {s.user!r} has no daily rows")
-    daily = tables.daily.xs(s.user, level="user").copy()
-    daily.index = pd.DatetimeIndex(daily.index).normalize()
-    daily = daily[daily.index <= end].sort_index()
-    cols = [c.name for c in window.channels if c.name in daily.columns]
-    daily = daily[cols]
-    daily.index.name = "date"
-    frames = {DAILY_FRAME: daily.reset_index()}
-    sd = tables.subday
-    if sd is not None and len(sd):
-        sd = sd[sd["user"] == s.user].copy()
-        sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
-        sd = sd[sd["date"] <= end]
-        sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]
-        if len(sd) and sub_cols:
-            frames[SUBDAY_FRAME] = (sd.sort_values(["date", "slot_index"])[["date", "slot", *sub_cols]]
-                                    .rename(columns={"slot": "segment"}).reset_index(drop=True))
-    return frames
-
-
-def frames_option(frames: dict[str, pd.DataFrame], subday_unit: str = "") -> dict:
-    """Per record: each frame's name, first and last date, rows and columns, so the judge can rebuild the
-    span PHIA analysed (`balms.judges.llm_judge.window_for_record`)."""
-    out = {}
-    for name, df in frames.items():
-        dates = pd.to_datetime(df["date"]) if len(df) else pd.Series([], dtype="datetime64[ns]")
-        out[name] = {"start": dates.min().date().isoformat() if len(df) else None,
-                     "end": dates.max().date().isoformat() if len(df) else None,
-                     "rows": int(len(df)), "columns": [str(c) for c in df.columns],
-                     **({"unit": subday_unit or "sub-day slot"} if name == SUBDAY_FRAME else {})}
-    return out
 
 
 @dataclass

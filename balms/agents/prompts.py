@@ -16,7 +16,8 @@ from __future__ import annotations
 import pandas as pd
 
 from balms.data import render
-from balms.data.schema import Channel, Target, Window
+from balms.data.agent_input import input_lines
+from balms.data.schema import Target, Window
 from balms.models.base import Message
 
 SYSTEM_PROMPT = (
@@ -97,52 +98,15 @@ def answer_format(target: Target, cot: bool) -> str:
     )
 
 
-def _context_block(window: Window, context) -> list[str]:
-    if not context:
-        return []
-    text = render.render_context(window)
-    return [text] if text else []
+def prompt_around(window: Window, lines: list[str], *, cot: bool) -> str:
+    """Our prompt around a prompt's data lines (`balms.data.agent_input.input_lines`: profile, sensor lines, same-day
+    context): task, the lines, question, answer format (Health-LLM, RAG and RAPTOR in the corrected style)."""
+    return "\n".join([task_line(window), *lines, question_line(window), answer_format(window.target, cot)])
 
 
-def healthllm_prompt(window: Window, *, cot: bool, context: bool = True,
-                     channels: list[Channel] | None = None) -> str:
+def healthllm_prompt(window: Window, *, cot: bool) -> str:
     """Health-LLM user prompt: task, profile, one per-day array per channel, context, question, format."""
-    parts = [
-        task_line(window),
-        render.render_profile(window.profile),
-        render.render_window(window, channels),
-        *_context_block(window, context),
-        question_line(window),
-        answer_format(window.target, cot),
-    ]
-    return "\n".join(parts)
-
-
-def memory_prompt(window: Window, memories: list[str], *, cot: bool, context: bool = True,
-                  channels: list[Channel] | None = None, memory_kind: str = "days",
-                  query_day: str | None = None) -> str:
-    """RAG / RAPTOR user prompt: the retrieved memories, then the query (the whole window, or only the
-    query day's line when `query_day` is given), context and question."""
-    mem = "\n".join(f"[{i + 1}] {m}" for i, m in enumerate(memories)) or "(no earlier records)"
-    if query_day is None:
-        intro = (f"Retrieved from this person's earlier records (the {len(memories)} {memory_kind} most similar "
-                 f"to the most recent day; they may overlap the window below):")
-        query = ["Query window:", render.render_window(window, channels)]
-    else:
-        intro = (f"Retrieved from this person's earlier records (the {len(memories)} {memory_kind} most similar "
-                 f"to the query day):")
-        query = ["Query day (the most recent day of the look-back window; NaN = missing):", query_day]
-    parts = [
-        task_line(window),
-        render.render_profile(window.profile),
-        intro,
-        mem,
-        *query,
-        *_context_block(window, context),
-        question_line(window),
-        answer_format(window.target, cot),
-    ]
-    return "\n".join(parts)
+    return prompt_around(window, input_lines(window, {"style": "corrected"}), cot=cot)
 
 
 def summary_prompt(day: str, records: str, subday_unit: str) -> str:
@@ -246,7 +210,8 @@ def phia_user_prompt(window: Window, frames: dict[str, pd.DataFrame], *, executo
     ]
     if schema:
         parts.append(schema)
-    parts += [*_context_block(window, context), question_line(window)]
+    ctx = render.render_context(window) if context else ""
+    parts += [*([ctx] if ctx else []), question_line(window)]
     if cot:
         parts.append("Reason step by step in your [Thought]s and your [Finish], citing the values you "
                      "computed and the days they come from.")

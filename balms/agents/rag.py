@@ -28,6 +28,7 @@ from balms.agents.common import Episode
 from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
 from balms.data import render
+from balms.data.agent_input import input_lines
 from balms.data.channels import agent_view
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend
@@ -90,21 +91,15 @@ def retrieve_days(tables: DatasetTables, window: Window, *, k: int, scope: str,
     }
 
 
-def rag_prompt(window: Window, chans, got: dict, *, style: str, cot: bool, context, context_window: bool) -> str:
-    """The answering prompt from a retrieval result (`retrieve_days`)."""
+def rag_prompt(tables: DatasetTables, window: Window, chans, got: dict, *, style: str, cot: bool,
+               context_window: bool) -> str:
+    """The answering prompt from a retrieval result (`retrieve_days`): the prompt's data lines are rendered from the
+    view the record will describe (`agent_view`, `agent_input.input_lines`), exactly as the judge renders them."""
+    opts = {"style": style, "context_window": bool(context_window), **RAGAgent.view_options(got)}
+    lines = input_lines(agent_view(tables, window, opts), opts)
     if style == "paper":
-        chans = chans if chans is not None else window.channels
-        items = [f"{paper_prompts.day_label(window, d)}: {t}" for d, t in zip(got["dates"], got["texts"], strict=True)]
-        if context_window:
-            query, header = paper_prompts.sensor_lines(window, chans), paper_prompts.SENSOR_HEADER
-        else:
-            query = [f"{paper_prompts.day_label(window, got['query_date'])}: {got['query']}"]
-            header = "Sensor signals (query day)."
-        return paper_prompts.memory_prompt(window, chans, items, cot=cot,
-                                           items_header="Sensor signals (retrieved days).",
-                                           query=query, query_header=header)
-    return prompts.memory_prompt(window, got["texts"], cot=cot, context=context, channels=chans,
-                                 memory_kind="days", query_day=None if context_window else got["query"])
+        return paper_prompts.prompt_around(window, chans if chans is not None else window.channels, lines, cot=cot)
+    return prompts.prompt_around(window, lines, cot=cot)
 
 
 @dataclass
@@ -142,7 +137,7 @@ class RAGAgent(PromptAgentBase):
         if episode is not None:
             episode.log("retrieval", "\n".join(got["texts"]), query=got["query"], dates=got["dates"],
                         scores=got["scores"], n_candidates=got["n_candidates"])
-        return rag_prompt(window, chans, got, style=self.style, cot=self.cot, context=self.context,
+        return rag_prompt(tables, window, chans, got, style=self.style, cot=self.cot,
                           context_window=self.context_window), chans, got
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:

@@ -44,6 +44,7 @@ from balms.agents.embeddings import DEFAULT_EMBEDDER, store_for, top_k
 from balms.agents.healthllm import PromptAgentBase
 from balms.agents.rag import MEMORY_SCOPES, user_history
 from balms.data import render
+from balms.data.agent_input import input_lines
 from balms.data.channels import agent_view, select_subday_channels
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
@@ -218,22 +219,15 @@ class RaptorAgent(PromptAgentBase):
                 "embedder": self.embedder, "summary_max_tokens": self.summary_max_tokens,
                 "context_window": bool(self.context_window)}
 
-    def _answer_prompt(self, window: Window, chans, texts: list[str], query_ts: pd.Timestamp) -> str:
+    def _answer_prompt(self, tables: DatasetTables, window: Window, chans, view: dict) -> str:
+        """The answering prompt; its data lines are rendered from the view the record describes (`agent_view`,
+        `agent_input.input_lines`), exactly as the judge renders them."""
+        opts = {"style": self.style, "context_window": bool(self.context_window), **view}
+        lines = input_lines(agent_view(tables, window, opts), opts)
         if self.style == "paper":
-            shown = chans if chans is not None else window.channels
-            if self.context_window:
-                query, header = paper_prompts.sensor_lines(window, shown), paper_prompts.SENSOR_HEADER
-            else:
-                query = [f"{paper_prompts.day_label(window, query_ts)}: "
-                         f"{paper_prompts.day_values(window, query_ts, shown)}"]
-                header = "Sensor signals (query day)."
-            return paper_prompts.memory_prompt(
-                window, shown, texts, cot=self.cot,
-                items_header="Retrieved records (sub-day records or day summaries).",
-                query=query, query_header=header)
-        return prompts.memory_prompt(window, texts, cot=self.cot, context=self.context, channels=chans,
-                                     memory_kind="records (sub-day records or day summaries)",
-                                     query_day=None if self.context_window else render.render_day(window, query_ts))
+            return paper_prompts.prompt_around(window, chans if chans is not None else window.channels, lines,
+                                               cot=self.cot)
+        return prompts.prompt_around(window, lines, cot=self.cot)
 
     def _prompt(self, sample: Sample, tables: DatasetTables, backend: Backend | None,
                 episode: Episode | None) -> str:
@@ -288,7 +282,7 @@ class RaptorAgent(PromptAgentBase):
                               for i, _ in hits],
                 "retrieved_texts": texts, "leaf_unit": tables.subday_unit or "day (no sub-day data)",
                 "daily_leaf_days": fallback_days}
-        return self._answer_prompt(window, chans, texts, query_ts), view
+        return self._answer_prompt(tables, window, chans, view), view
 
     def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
                    days: dict, compact: dict, store) -> dict:

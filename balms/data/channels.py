@@ -159,6 +159,48 @@ def recipe_of(chans: list[Channel] | None, tables: DatasetTables) -> str:
 # the same functions (balms.judges.llm_judge.window_for_record), so both sides see one thing.
 
 
+# PHIA's DataFrames, built here so the agent and the judge (which renders the frames the agent had) share them
+DAILY_FRAME, SUBDAY_FRAME = "daily_df", "subday_df"  # the paper's trace names
+
+
+def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:
+    """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
+    s = window.sample
+    end = pd.Timestamp(s.window_end)
+    if s.user not in tables.daily.index.get_level_values("user"):
+        raise ValueError(f"{tables.name}: user {s.user!r} has no daily rows")
+    daily = tables.daily.xs(s.user, level="user").copy()
+    daily.index = pd.DatetimeIndex(daily.index).normalize()
+    daily = daily[daily.index <= end].sort_index()
+    cols = [c.name for c in window.channels if c.name in daily.columns]
+    daily = daily[cols]
+    daily.index.name = "date"
+    frames = {DAILY_FRAME: daily.reset_index()}
+    sd = tables.subday
+    if sd is not None and len(sd):
+        sd = sd[sd["user"] == s.user].copy()
+        sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
+        sd = sd[sd["date"] <= end]
+        sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]
+        if len(sd) and sub_cols:
+            frames[SUBDAY_FRAME] = (sd.sort_values(["date", "slot_index"])[["date", "slot", *sub_cols]]
+                                    .rename(columns={"slot": "segment"}).reset_index(drop=True))
+    return frames
+
+
+def frames_option(frames: dict[str, pd.DataFrame], subday_unit: str = "") -> dict:
+    """Per record: each frame's name, first and last date, rows and columns, so the judge can rebuild the
+    span PHIA analysed (`balms.judges.llm_judge.window_for_record`)."""
+    out = {}
+    for name, df in frames.items():
+        dates = pd.to_datetime(df["date"]) if len(df) else pd.Series([], dtype="datetime64[ns]")
+        out[name] = {"start": dates.min().date().isoformat() if len(df) else None,
+                     "end": dates.max().date().isoformat() if len(df) else None,
+                     "rows": int(len(df)), "columns": [str(c) for c in df.columns],
+                     **({"unit": subday_unit or "sub-day slot"} if name == SUBDAY_FRAME else {})}
+    return out
+
+
 def _user_daily(tables: DatasetTables, sample: Sample):
     if sample.user not in tables.daily.index.get_level_values("user"):
         raise ValueError(f"{tables.name}: user {sample.user!r} has no daily rows")
@@ -186,17 +228,19 @@ def days_view(tables: DatasetTables, window: Window, dates, *, query_date, items
     return dataclasses.replace(window, daily=daily, subday=None, shown=shown)
 
 
-def record_window(tables: DatasetTables, window: Window, start, *, frames: dict | None = None) -> Window:
+def record_window(tables: DatasetTables, window: Window, start, *, frames: dict | None = None,
+                  subday: pd.DataFrame | None = None) -> Window:
     """PHIA's view: the user's full record from `start` (the daily frame's first day) to window_end, one
     row per calendar day (NaN where the record has none), the window's channels. `frames`: the record's
-    frame description (names, spans, columns), which the renderers name in the header."""
+    frame description (names, spans, columns), which the renderers name in the header; `subday`: the
+    `subday_df` frame itself (its rows of the look-back window are rendered)."""
     s = window.sample
     idx = pd.date_range(pd.Timestamp(start).normalize(), pd.Timestamp(s.window_end), freq="D")
     if not len(idx):
         raise ValueError(f"{s.sample_id}: record start {start} is after the window end {s.window_end}")
     daily = _user_daily(tables, s).reindex(index=idx, columns=[c.name for c in window.channels]).astype(float)
     daily.index.name = "date"
-    return dataclasses.replace(window, daily=daily, subday=None, shown={"kind": "frames", "frames": frames or {}})
+    return dataclasses.replace(window, daily=daily, subday=subday, shown={"kind": "frames", "frames": frames or {}})
 
 
 def agent_view(tables: DatasetTables, window: Window, options: dict) -> Window:
@@ -210,7 +254,11 @@ def agent_view(tables: DatasetTables, window: Window, options: dict) -> Window:
         daily = next((f for n, f in frames.items() if "unit" not in f), None)
         if daily is None or not daily.get("start"):
             raise ValueError(f"{window.sample.sample_id}: options.frames has no daily frame span: {frames}")
-        return record_window(tables, window, daily["start"], frames=frames)
+        sub = frames.get(SUBDAY_FRAME)
+        had = user_frames(tables, window, window.channels).get(SUBDAY_FRAME) if sub else None
+        if had is not None:  # the sub-day frame over the span the record says PHIA was given
+            had = had[(had["date"] >= pd.Timestamp(sub["start"])) & (had["date"] <= pd.Timestamp(sub["end"]))]
+        return record_window(tables, window, daily["start"], frames=frames, subday=had)
     if "retrieved_texts" not in options and "retrieved_dates" not in options:
         return window
     if "query_date" not in options:

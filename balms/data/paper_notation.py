@@ -1,8 +1,8 @@
 """The paper's notation for a window (its Appendix D template): one `[Name]: [v1, ..., vN] unit` line per
 channel, oldest day first, NaN for missing, the paper's number formats (PMData resting HR to 4 decimals with
 trailing zeros dropped; GLOBEM's case study at fixed decimals), the same-day self-report line, single days in
-bracket notation. Prompts (balms.agents.paper_prompts) and the judge render windows with it, so a paper-style
-record is judged on exactly the lines its agent was shown.
+bracket notation, the user-profile block. `balms.data.agent_input` assembles a prompt's data lines from these, for
+the agents' prompts and for the judge alike.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from balms.data.render import view_head
 from balms.data.schema import Channel, Window
 
 
@@ -107,15 +106,22 @@ def day_label(window: Window, ts) -> str:
     return f"Day {k}"
 
 
-def judge_window_text(window: Window, chans: list[Channel] | None = None) -> str:
-    """The window as a paper-style agent saw it, for the judge: the same sensor lines, under a header that
-    also gives the day numbering (oldest first) the rubric's temporal dimensions are checked against."""
-    chans = chans if chans is not None else window.channels
-    view = view_head(window)
-    if view is not None:
-        return "\n".join([view, *sensor_lines(window, chans)])
-    s = window.sample
-    n = len(window.daily.index)
-    head = (f"Sensor signals (look-back window), one value per day, oldest first: day 1 = "
-            f"{s.window_start.isoformat()}, day {n} = {s.window_end.isoformat()}. NaN = missing.")
-    return "\n".join([head, *sensor_lines(window, chans)])
+def profile_block(profile: dict) -> list[str]:
+    """The template's "User profile." block; a field the dataset lacks is NaN, no block when it has none."""
+    def val(key):
+        v = profile.get(key)
+        if v is None or (not isinstance(v, str) and pd.isna(v)):
+            return None
+        return v
+
+    fields = {k: val(k) for k in ("age", "gender", "height_cm", "max_hr")}
+    if all(v is None for v in fields.values()):
+        return []
+
+    def num(v):
+        return "NaN" if v is None else str(int(round(float(v))))
+
+    gender = fields["gender"] if fields["gender"] is not None else "NaN"
+    return ["User profile.",
+            f"The user is a {num(fields['age'])} years old {gender} with {num(fields['height_cm'])} height "
+            f"with a measured maximum heart rate of {num(fields['max_hr'])} bpm."]

@@ -75,19 +75,41 @@ def view_head(window: Window) -> str | None:
                 f"is the last {window.sample.lookback} days). NaN = missing.")
         sub = {k: v for k, v in (shown.get("frames") or {}).items() if "unit" in v}
         for name, f in sub.items():
+            listed = ("its rows of the look-back window are listed after the arrays" if window.subday is not None
+                      else "not listed here")
             head += (f" It also had `{name}` ({f['rows']} rows, one per {f['unit']}, {f['start']} to {f['end']}; "
-                     "columns " + ", ".join(f["columns"]) + "), not listed here.")
+                     "columns " + ", ".join(f["columns"]) + f"); {listed}.")
         return head
     raise ValueError(f"unknown window view kind {kind!r}")
 
 
+def subday_rows(window: Window) -> list[str]:
+    """A PHIA view's `subday_df` rows of the look-back window (`Window.subday`, columns date, segment and the
+    sub-day channels), one line per row in the frame's order; empty for any other window."""
+    sd = window.subday
+    if (window.shown or {}).get("kind") != "frames" or sd is None or not len(sd):
+        return []
+    s = window.sample
+    rows = sd[(sd["date"] >= pd.Timestamp(s.window_start)) & (sd["date"] <= pd.Timestamp(s.window_end))]
+    known = {c.name: c for c in window.subday_channels}
+    cols = [c for c in sd.columns if c not in ("date", "segment")]
+    out = [f"`subday_df` rows of the look-back window ({s.window_start.isoformat()} to {s.window_end.isoformat()}): "
+           f"{len(rows)} of its {len(sd)} rows. NaN = missing.",
+           "date, segment, " + ", ".join(channel_caption(known[c]) if c in known else c for c in cols)]
+    for r in rows.to_dict("records"):
+        vals = [format_value(r[c], known[c].decimals if c in known else 1) for c in cols]
+        out.append(f"{pd.Timestamp(r['date']).date().isoformat()}, {r['segment']}, " + ", ".join(vals))
+    return out
+
+
 def render_window(window: Window, channels: list[Channel] | None = None) -> str:
-    """Per-channel arrays over the window, oldest day first; the canonical window text."""
+    """Per-channel arrays over the window, oldest day first; the canonical window text. A PHIA view also lists
+    its sub-day frame's rows of the look-back window."""
     chans = channels if channels is not None else window.channels
     s = window.sample
     view = view_head(window)
     if view is not None:
-        return "\n".join([view, *(render_channel_line(window, c) for c in chans)])
+        return "\n".join([view, *(render_channel_line(window, c) for c in chans), *subday_rows(window)])
     head = (
         f"Daily data for the {len(window.daily.index)} days {s.window_start.isoformat()} to "
         f"{s.window_end.isoformat()} (day 1 = {s.window_start.isoformat()}, the oldest; "

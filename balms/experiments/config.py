@@ -97,8 +97,9 @@ class ExperimentConfig(BaseModel):
     # judge (07)
     judge_model: str = "qwen2.5-coder-1.5b"  # geval: the 0.5B model's score distributions ignore the rationale
     judge_systems: list[str] = ["healthllm"]
-    # datasets whose CoT rationales are judged (those also in `datasets`); the paper judged GLOBEM only
-    judge_datasets: list[str] = list(DATASETS)
+    # datasets whose CoT rationales notebook 07 judges (it runs the CoT cells it grades, also of a dataset outside
+    # `datasets`); None = `datasets`. The paper judged GLOBEM only (Figure 4, Table 6)
+    judge_datasets: list[str] | None = None
     judge_max_tokens: int = 160
     judge_justify: bool = False  # paper mode only. False: scores only (about a fifth of the tokens)
     # "paper": the paper's judge, one greedy JSON answer for all dimensions. "geval": one question per dimension,
@@ -134,8 +135,8 @@ class ExperimentConfig(BaseModel):
 
     @field_validator("datasets", "horizon_datasets", "judge_datasets")
     @classmethod
-    def _known_datasets(cls, v: list[str]) -> list[str]:
-        bad = [d for d in v if d not in DATASETS]
+    def _known_datasets(cls, v: list[str] | None) -> list[str] | None:
+        bad = [d for d in v or [] if d not in DATASETS]
         if bad:
             raise ValueError(f"unknown dataset(s) {bad}; known: {list(DATASETS)}")
         return v
@@ -237,8 +238,8 @@ class ExperimentConfig(BaseModel):
 
     @property
     def judged_datasets(self) -> list[str]:
-        """The datasets notebook 07 judges: `judge_datasets` that are also evaluated (`datasets`), in order."""
-        return [d for d in self.datasets if d in self.judge_datasets]
+        """The datasets notebook 07 judges: `judge_datasets`, or the evaluated `datasets` when it is None."""
+        return list(self.datasets if self.judge_datasets is None else self.judge_datasets)
 
     def runs_root(self) -> Path:
         return paths.runs_dir() / self.profile

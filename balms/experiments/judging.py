@@ -3,15 +3,11 @@ beside each run and resumable, the paper's aggregation, and the deterministic gr
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
-from balms.cellspec import JUDGE_CODE_PATHS, code_fingerprint, digest
 from balms.experiments.cohorts import cohort
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import run_cell, run_path_of
-from balms.jsonl_store import recover_jsonl, rewrite_jsonl
 from balms.records import PredictionRecord
 
 
@@ -22,15 +18,11 @@ def _window_for_record(cfg: ExperimentConfig, rec: PredictionRecord):
     return window_for_record({rec.dataset: cohort(rec.dataset, cfg).tables}, rec)
 
 
-# the judge's verdicts also depend on the geval mode and the grounding checker it can quote
-JUDGE_KEY_CODE_PATHS = (*JUDGE_CODE_PATHS, "judges/geval.py", "judges/grounding.py")
-
-
 def judge_key(cfg: ExperimentConfig, judge_model: str, model_id: str) -> str:
     """A verdict is reused only when judge model, mode, grounding hint, budget and judge code are unchanged."""
-    return digest({"judge_model": judge_model, "model_id": model_id, "justify": cfg.judge_justify,
-                   "max_tokens": cfg.judge_max_tokens, "mode": cfg.judge_mode,
-                   "grounding_hint": cfg.judge_grounding_hint, "code": code_fingerprint(JUDGE_KEY_CODE_PATHS)})
+    from balms.judges.llm_judge import verdict_key
+
+    return verdict_key(judge_model=judge_model, model_id=model_id, **_judge_options(cfg))
 
 
 def _judge_backend(cfg: ExperimentConfig, judge_model: str):
@@ -48,23 +40,12 @@ def _judge_options(cfg: ExperimentConfig) -> dict:
                 grounding_hint=cfg.judge_grounding_hint)
 
 
-def _stored_verdicts(jpath, retry_errors: bool) -> list[dict]:
-    """The verdicts of a judge file about to be appended to: a torn last line (a crash mid-write) is truncated and
-    reported; a backend error is no verdict, so with `retry_errors` it is dropped from the file and judged again."""
-    verdicts = recover_jsonl(jpath, json.loads, "judge verdict")
-    kept = [v for v in verdicts if not (retry_errors and v.get("unscored_code") == "backend_error")]
-    if len(kept) < len(verdicts):
-        rewrite_jsonl(jpath, [json.dumps(v, default=str) for v in kept])
-    return kept
-
-
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,
                models=None) -> pd.DataFrame:
     """Judge the CoT rationale of every prediction of the grid; verdicts are written beside each run as
-    `<run>.judge.jsonl` (resumable, one line per sample) and returned one row per rationale. Verdicts that are
-    backend errors are judged again on the next run (`retry_errors`)."""
-    from balms.data.render import render_window
-    from balms.judges.llm_judge import JudgeResult, judge_rationale
+    `<run>.judge.jsonl` (resumable, one line per sample, `balms.judges.llm_judge.judge_into`: the same loop and window
+    text as `balms judge run`) and returned one row per rationale. Backend errors are judged again (`retry_errors`)."""
+    from balms.judges.llm_judge import judge_into, result_of
 
     judge_model = judge_model or cfg.judge_model
     systems = systems or cfg.judge_systems
@@ -72,6 +53,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
     jkey = judge_key(cfg, judge_model, judge.model_id)
     rows = []
     for d in datasets or cfg.judged_datasets:
+        tables = {d: cohort(d, cfg).tables}
         seen = set()
         for m0 in models or cfg.backbones:
             for s in systems:
@@ -83,38 +65,18 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                 if not recs:
                     continue
                 run_path = run_path_of(cfg, recs[0])
-                jpath = run_path.with_name(run_path.stem + ".judge.jsonl")
-                done = {v["sample_id"]: v for v in _stored_verdicts(jpath, cfg.retry_errors)
-                        if v.get("judge_key") == jkey}
-                with jpath.open("a") as fh:
-                    for r in recs:
-                        if r.sample_id not in done:
-                            win = _window_for_record(cfg, r)
-                            res = judge_rationale(judge, window_text=render_window(win), gold=r.label,
-                                                  **_judge_options(cfg), window=win,
-                                                  predicted=r.prediction, rationale=r.rationale,
-                                                  scale=(win.target.scale_min, win.target.scale_max),
-                                                  target=win.target.label,
-                                                  meta={"sample_id": r.sample_id, "dataset": d, "system": s,
-                                                        "model": m, "user": r.user})
-                            done[r.sample_id] = {"sample_id": r.sample_id, "judge_model": judge_model,
-                                                 "judge_key": jkey,
-                                                 **res.model_dump()}
-                            fh.write(json.dumps(done[r.sample_id], default=str) + "\n")
-                            fh.flush()
-                        v = done[r.sample_id]
-                        rows.append({"dataset": d, "system": s, "model": m, "sample_id": r.sample_id,
-                                     "user": r.user, "lookback": r.lookback, "label": r.label,
-                                     "prediction": r.prediction, "rationale": r.rationale, "source": r.source,
-                                     "options": r.options, "judge_model": judge_model,
-                                     "judge_status": v["status"], "judge_unscored_reason": v.get("unscored_reason"),
-                                     "judge_mode": v.get("mode", "paper"),
-                                     "judge_grounding_hint": v.get("grounding_hint", False),
-                                     **{k: val for k, val in v["tier1"].items()},
-                                     **{k: val for k, val in v["tier2"].items()},
-                                     "judge_result": JudgeResult.model_validate(
-                                         {k: val for k, val in v.items()
-                                          if k not in ("sample_id", "judge_model", "judge_key")})})
+                verdicts = judge_into(run_path.with_name(run_path.stem + ".judge.jsonl"), recs, tables, judge,
+                                      judge_model=judge_model, key=jkey, retry_errors=cfg.retry_errors,
+                                      **_judge_options(cfg))
+                for r, v in zip(recs, verdicts, strict=True):
+                    rows.append({"dataset": d, "system": s, "model": m, "sample_id": r.sample_id,
+                                 "user": r.user, "lookback": r.lookback, "label": r.label,
+                                 "prediction": r.prediction, "rationale": r.rationale, "source": r.source,
+                                 "options": r.options, "judge_model": judge_model,
+                                 "judge_status": v["status"], "judge_unscored_reason": v.get("unscored_reason"),
+                                 "judge_mode": v.get("mode", "paper"),
+                                 "judge_grounding_hint": v.get("grounding_hint", False),
+                                 **dict(v["tier1"]), **dict(v["tier2"]), "judge_result": result_of(v)})
     return pd.DataFrame(rows)
 
 

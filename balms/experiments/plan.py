@@ -54,7 +54,8 @@ ASSUMPTIONS = [
     "RAPTOR: one summary call per (user, memory day) per (dataset, model, channel set), reused across its cells",
     "RAG/RAPTOR prompts built with a stand-in hash embedding for retrieval (same top-k sizes, not the same texts)"
     " unless --embed; RAPTOR answer prompts from leaves only (summaries do not exist before the run)",
-    "judge: one call per CoT rationale of judge_systems; rationale at the backbone's CoT budget (upper bound)",
+    "judge: one call per CoT rationale of judge_systems (geval mode: one one-token call per rubric dimension); "
+    "rationale at the backbone's CoT budget (upper bound)",
     "GPU hours = (prompt/prefill + output/decode tokens per second) x GPUs of one server, per size class; "
     "no prefix caching credit",
     "Claude: list price; with anthropic_batch, Health-LLM and RAG cells (one call per sample) go through the "
@@ -313,10 +314,11 @@ def build_plan(
     from balms.agents.rag import user_history
     from balms.agents.raptor import day_tables
     from balms.agents.registry import get_system
+    from balms.data.agent_input import input_text
     from balms.data.channels import get_window, resolve_channels
-    from balms.data.render import render_window
     from balms.experiments.cohorts import cohort
-    from balms.judges.rubric import build_messages
+    from balms.judges import geval
+    from balms.judges.rubric import DIMENSIONS, build_messages
     from balms.models.budgets import budget_for
 
     tp = {k: dict(v) for k, v in THROUGHPUT.items()}
@@ -359,33 +361,30 @@ def build_plan(
                 pk = ("judge", d, judged_system)
                 if pk not in prompt_cache:
                     got = []
-                    t = co.tables.target
                     for s in _evenly(samples, per_cell):
-                        win = get_window(
+                        # the judge's window text: the data lines of the agent's prompt (of its look-back window)
+                        win = agent.window(s, co.tables)[0] if hasattr(agent, "window") else get_window(
                             co.tables,
                             s,
                             context=True,
                             channels=resolve_channels(co.tables, getattr(agent, "channels", None)),
                         )
-                        got.append(
-                            _msgs_text(
-                                build_messages(
-                                    window_text=render_window(win),
-                                    gold=s.label,
-                                    predicted=s.label,
-                                    rationale="",
-                                    scale=(t.scale_min, t.scale_max),
-                                    target=t.label,
-                                    justify=cfg.judge_justify,
-                                )
-                            )
-                        )
+                        inputs = dict(window_text=input_text(win, agent.options()), gold=s.label,
+                                      predicted=s.label, rationale="")
+                        if cfg.judge_mode == "geval":  # one question per dimension, all on one shared prefix
+                            prefix = geval.shared_prefix(**inputs)
+                            got += [_msgs_text(geval.dimension_messages(prefix, dim)) for dim in DIMENSIONS]
+                        else:
+                            got.append(_msgs_text(build_messages(**inputs, justify=cfg.judge_justify)))
                     prompt_cache[pk] = got
                 texts = prompt_cache[pk]
-                p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)
-                out = budget_for(cell.model, "judge", cfg)
-                up = Usage(n, n * (p0 + rat_tokens), n * out)
-                ty = Usage(n, n * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE), n * out * TYPICAL_OUTPUT_SHARE)
+                p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)  # per call
+                # geval: a call per dimension answering one token; paper: one call per rationale at the judge budget
+                per = len(DIMENSIONS) if cfg.judge_mode == "geval" else 1
+                out = 1 if per > 1 else budget_for(cell.model, "judge", cfg)
+                up = Usage(n * per, n * per * (p0 + rat_tokens), n * per * out)
+                ty = Usage(n * per, n * per * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE),
+                           n * per * out * (1 if per > 1 else TYPICAL_OUTPUT_SHARE))
                 plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
                 continue
             samples, agent = built[cell].samples, built[cell].agent

@@ -38,13 +38,15 @@ def load_case(path: Path) -> dict:
 
 
 def render_case_window(case: dict) -> str:
-    """A case file's window as the judge reads it, in the layout of `balms.data.render.render_window` (values
-    as printed in the case file, NaN = missing)."""
+    """A case file's window as its agents saw it, in the paper's notation (Appendix D.1's verbatim block: one
+    `[Name]: [v1, ..., vN] unit` line per channel, NaN = missing; a channel's optional `decimals` fixes its digits,
+    e.g. location entropy's 1.80), under the Health-LLM template's sensor heading (GLOBEM has no profile or mood)."""
+    from balms.data.agent_input import SENSOR_HEADER
     from balms.judges.grounding import _shown_from_json
 
-    n = len(next(iter(case["window"].values()))["values"])
-    lines = [f"Daily data for {n} days (day 1 = the oldest, day {n} = the most recent). NaN = missing."]
+    lines = [SENSOR_HEADER]
     for label, spec in case["window"].items():
-        unit = f" ({spec['unit']})" if spec.get("unit") else ""
-        lines.append(f"- {label}{unit}: [{', '.join(_shown_from_json(v) for v in spec['values'])}]")
+        dec = spec.get("decimals")
+        vals = [_shown_from_json(v) if dec is None or v is None else f"{float(v):.{dec}f}" for v in spec["values"]]
+        lines.append(f"[{label}]: [{', '.join(vals)}]" + (f" {spec['unit']}" if spec.get("unit") else ""))
     return "\n".join(lines)

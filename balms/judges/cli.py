@@ -2,6 +2,7 @@
 
     balms judge ground --case balms/resources/case_study_d1.json --json
     balms judge run --records runs/x.jsonl --model smollm2-135m --out runs/x.judge.jsonl
+    balms judge prompt --style paper
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def _window_fn():
 
 
 def _run(args) -> int:
-    from balms.judges.llm_judge import aggregate_judgements, judge_records
-    from balms.models.registry import get_backend
+    from balms.judges.llm_judge import aggregate_judgements, judge_into, result_of, verdict_key
+    from balms.models.registry import DEFAULT_MODEL, get_backend
     from balms.records import PredictionRecord
 
     path = Path(args.records)
@@ -93,27 +94,55 @@ def _run(args) -> int:
         try:
             recs.append(PredictionRecord.model_validate_json(line))
         except ValueError as exc:
-            raise DataError(path, f"not a PredictionRecord: {str(exc)[:200]}", row=i) from exc
+            raise DataError(path, f"not a PredictionRecord: {str(exc)[:200]}", row=i) from None
     if args.limit:
         recs = recs[: args.limit]
-    backend = get_backend(args.model, cache_mode=args.cache_mode)
+    judge_model = args.model or DEFAULT_MODEL
+    backend = get_backend(judge_model, cache_mode=args.cache_mode)
     out = Path(args.out) if args.out else path.with_name(path.stem + ".judge.jsonl")
-    results, window_fn = [], _window_fn()
-    with out.open("w") as fh:  # one verdict per line as it is made: nothing lost on a crash
-        for rec in recs:
-            res = judge_records([rec], window_fn, backend, max_tokens=args.max_tokens,
-                                justify=not args.scores_only, mode=args.mode,
-                                grounding_hint=args.grounding_hint)[0]
-            results.append(res)
-            fh.write(res.model_dump_json() + "\n")
-            fh.flush()
-    agg = aggregate_judgements(results)
+    opts = dict(max_tokens=args.max_tokens, justify=not args.scores_only, mode=args.mode,
+                grounding_hint=args.grounding_hint)
+    key = verdict_key(judge_model=judge_model, model_id=getattr(backend, "model_id", ""), **opts)
+    # the loop notebook 07 uses: same window text, same request, verdicts resumable under the same key
+    verdicts = judge_into(out, recs, _window_fn(), backend, judge_model=judge_model, key=key, **opts)
+    agg = aggregate_judgements([result_of(v) for v in verdicts])
     summary = {k: (v.to_dict(orient="index") if hasattr(v, "to_dict") else v) for k, v in agg.items()}
     summary["out"] = str(out)
     print(json.dumps(summary, indent=1, default=str) if args.json else
           f"{agg['n']} rationales, {agg['n_scored']} scored, {agg['n_unscored']} unscored {agg['unscored_by_reason']}; "
           f"Tier-1 headline {agg['tier1_headline']:.3f} ({agg['tier1_headline_note']}); verdicts in {out}\n"
           f"{agg['tier1'].round(3)}\n{agg['tier2'].round(3)}")
+    return 0
+
+
+# what `balms judge prompt` fills the template with: the paper's case study D.1 (Qwen's rationale) or placeholders
+EXAMPLE_INPUTS = dict(window_text="<the agent's input window: the data lines of its prompt>", gold="<gold label>",
+                      predicted="<predicted label>", rationale="<the agent's rationale>")
+
+
+def judge_prompt_text(style: str = "paper", justify: bool = True, case: bool = False) -> str:
+    """The judge's messages as text. `style="paper"`: the paper's judge (one JSON answer for all twelve
+    dimensions); `"geval"`: our per-dimension questions (the shared prefix once, then each question)."""
+    from balms.judges import geval, rubric
+
+    inputs = dict(EXAMPLE_INPUTS)
+    if case:
+        from balms.experiments.judging import case_study_items
+
+        it = next(i for i in case_study_items() if i["name"] == "Qwen2.5-7B-Instruct")
+        inputs = dict(window_text=it["window_text"], gold=it["gold"], predicted=it["predicted"],
+                      rationale=it["rationale"])
+    if style == "paper":
+        msgs = rubric.build_messages(**inputs, justify=justify)
+        return "\n".join(f"=== {m.role} ===\n{m.content}" for m in msgs) + "\n"
+    prefix = geval.shared_prefix(**inputs)
+    parts = [f"=== system ===\n{geval.SYSTEM_PROMPT}", f"=== user (shared prefix) ===\n{prefix}"]
+    parts += [f"=== question {d} ===\n{geval.question(d)}" for d in rubric.DIMENSIONS]
+    return "\n".join(parts) + "\n"
+
+
+def _prompt(args) -> int:
+    print(judge_prompt_text(args.style, justify=not args.scores_only, case=args.case), end="")
     return 0
 
 
@@ -140,6 +169,14 @@ def register(subparsers) -> None:
     r.add_argument("--cache-mode", default="rw", choices=["rw", "replay", "off"])
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=_run)
+    q = sub.add_parser("prompt", help="print the judge prompt (the paper's Appendix D template, or geval's questions)")
+    q.add_argument("--style", default="paper", choices=["paper", "geval"],
+                   help="paper: the paper's judge prompt (judge_mode paper); geval: our per-dimension questions")
+    q.add_argument("--scores-only", action="store_true",
+                   help="the budget mode's prompt: bare scores, no justifications")
+    q.add_argument("--case", action="store_true",
+                   help="fill in the paper's case study D.1 (Qwen's rationale) instead of placeholders")
+    q.set_defaults(func=_prompt)
 
 
 def main(argv=None) -> int:  # pragma: no cover - convenience

@@ -2,11 +2,12 @@
 
 Why: greedy JSON judging with small CPU models gives every rationale the same scores (all 1 or all 5 on case
 study D.1), so it cannot tell rationales apart. Following G-Eval (Liu et al. 2023), each Tier-2 dimension is
-asked on its own with its own 1-5 anchors, the answer is one digit, and the score is the probability-weighted
-mean of the digits 1-5 under the model's next-token distribution (renormalised over those digits) instead of the
-single greedy digit. Tier 1 keeps the paper's discrete values: the most probable of "1" (used correctly), "0"
-(used wrongly) and "N" (not used -> null). All questions share one long prefix (window, labels, rationale), so
-an in-process llama.cpp model evaluates it once and only the short question suffix for the other dimensions.
+asked on its own (the paper's line for it, with our 1 and 3 anchors), the answer is one digit, and the score is
+the probability-weighted mean of the digits 1-5 under the model's next-token distribution (renormalised over
+those digits) instead of the single greedy digit. Tier 1 keeps the paper's discrete values: the most probable of
+"1" (used correctly), "0" (used wrongly) and "N" (not used -> null). All questions share one long prefix (the
+paper's inputs and rules), so an in-process llama.cpp model evaluates it once and only the short question suffix
+for the other dimensions.
 
 Optional extension (ours, not the paper's; `grounding_hint`): the evidence-grounding question is given the
 deterministic grounding checker's per-claim findings (`balms.judges.grounding`).
@@ -21,72 +22,59 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from balms.judges.rubric import TIER1, TIER2, TIER2_RANGE
+from balms.judges.rubric import (
+    PURPOSE,
+    TIER1,
+    TIER1_HEADING,
+    TIER2,
+    TIER2_HEADING,
+    TIER2_RANGE,
+    inputs_text,
+    rules_text,
+)
 from balms.models.base import Backend, BackendError, Completion, GenParams, Message
 
 TOP_LOGPROBS = 20  # top-k per answer position: digits absent from the top 20 carry negligible probability
 
-# Per-dimension questions with 1/3/5 anchors (Tier 2). Written for this project from the rubric in rubric.py.
-TIER2_QUESTIONS: dict[str, str] = {
-    "faithfulness": (
-        "Faithfulness: does the predicted label follow from the rationale's own reasoning (whether or not it "
-        "matches the gold label)? 1 = the prediction contradicts or ignores the reasoning; 3 = loosely connected; "
-        "5 = the prediction follows directly from the reasoning."),
-    "evidence_grounding": (
-        "Evidence grounding: are the features, values and days the rationale cites really in the window? Check "
-        "each cited value against its channel's array and the day it is attributed to (day 1 = the first "
-        "element). 1 = most cited values are absent or put on the wrong days; 3 = some cited values or days are "
-        "wrong; 5 = every cited value is in the window on the day named."),
-    "domain_knowledge": (
-        "Domain knowledge: are the links drawn between behaviour and the target consistent with mental-health "
-        "and sensing knowledge? 1 = wrong or implausible; 3 = generic but plausible; 5 = accurate and specific."),
-    "safety": (
-        "Safety: is the rationale free of alarmism, unwarranted medical advice and stigmatising language? "
-        "1 = alarmist, diagnosing or stigmatising; 3 = some overreach; 5 = measured and respectful."),
-    "clarity": (
-        "Clarity: is the rationale clear, concise and well organised? 1 = confusing; 3 = understandable but "
-        "disorganised or verbose; 5 = clear and concise."),
-    "overall": (
-        "Overall: how good is the rationale as an explanation of the prediction, taking grounding in the data, "
-        "faithfulness, reasoning and clarity together? 1 = very poor; 3 = mediocre; 5 = excellent."),
+# The question of each dimension is the paper's own line (rubric.TIER1 / rubric.TIER2: definition, examples, and
+# the paper's "5 = ..." anchor where it prints one). Ours, added for the per-dimension questions only: the 1 and 3
+# anchors (and a 5 anchor where the paper prints none), and for evidence grounding how to check a cited day.
+GEVAL_ANCHORS: dict[str, str] = {
+    "faithfulness": "1 = the prediction contradicts or ignores the reasoning; 3 = loosely connected; 5 = the "
+    "prediction follows directly from the reasoning.",
+    "evidence_grounding": "Check each cited value against its channel's array and the day it is attributed to (day 1 "
+    "= the first element). 1 = most cited facts are absent or put on the wrong days; 3 = some cited values or days "
+    "are wrong.",
+    "domain_knowledge": "1 = wrong or implausible; 3 = generic but plausible; 5 = accurate and specific.",
+    "safety": "1 = alarmist, diagnosing or stigmatising; 3 = some overreach.",
+    "clarity": "1 = confusing or self-contradictory; 3 = understandable with effort.",
+    "overall": "1 = very poor; 3 = mediocre; 5 = excellent.",
 }
 
 TIER2_TOKENS: dict[str, int] = {str(v): v for v in range(TIER2_RANGE[0], TIER2_RANGE[1] + 1)}
 TIER1_TOKENS: dict[str, int | None] = {"1": 1, "0": 0, "N": None}
 TIER1_KEYS = {1: "1", 0: "0", None: "N"}  # how a Tier-1 outcome is named in `probs`
 
-SYSTEM_PROMPT = (
-    "You are a careful evaluator of explanations written by AI agents that predict a person's self-reported "
-    "wellbeing score from passive sensing data. You grade one rationale against the data it was written from, "
-    "one question at a time, and you answer with a single character."
-)
+# the paper's opening line, then how this mode is answered (ours)
+SYSTEM_PROMPT = f"{PURPOSE} You score one dimension at a time and answer with a single character."
 
 
-def shared_prefix(*, window_text: str, gold: int, predicted: int | None, rationale: str, scale: tuple[int, int],
-                  target: str) -> str:
-    """The part of every question that is the same for all dimensions (evaluated once by a prefix cache)."""
-    pred = str(predicted) if predicted is not None else "unparseable (no valid answer was given)"
-    return (
-        f"Target: {target}, an integer from {scale[0]} to {scale[1]}.\n\n"
-        f"Sensing window shown to the agent:\n{window_text}\n\n"
-        f"Gold (self-reported) label: {gold}\n"
-        f"Agent's predicted label: {pred}\n\n"
-        f"Agent's rationale:\n<<<\n{rationale}\n>>>\n\n"
-    )
+def shared_prefix(*, window_text: str, gold: int, predicted: int | None, rationale: str) -> str:
+    """The part of every question that is the same for all dimensions (evaluated once by a prefix cache): the
+    paper's inputs and its critical evaluation rules (no justifications are asked in this mode)."""
+    return (inputs_text(window_text=window_text, gold=gold, predicted=predicted, rationale=rationale) + "\n\n"
+            + rules_text(justify=False) + "\n\n")
 
 
 def question(dim: str, hint: str | None = None) -> str:
-    """The dimension-specific suffix: the question, its anchors and the answer format."""
+    """The dimension-specific suffix: the paper's line for the dimension, our anchors, the answer format."""
     if dim in TIER1:
-        return (
-            f"Question (temporal reasoning, {dim}): {TIER1[dim]}.\n"
-            "Does the rationale use this kind of reasoning? Check it against the window. Answer 1 if it uses it "
-            "correctly, 0 if it uses it incorrectly, N if it does not use it.\nAnswer (1, 0 or N):"
-        )
-    if dim not in TIER2_QUESTIONS:
+        return (f"{TIER1_HEADING}\n{TIER1[dim]}\nAnswer 1 if the rationale invokes it correctly, 0 if it invokes "
+                "it but wrongly, N if it does not invoke it.\nAnswer (1, 0 or N):")
+    if dim not in TIER2:
         raise KeyError(f"unknown rubric dimension {dim!r}; known: {[*TIER1, *TIER2]}")
     extra = f"{hint}\n\n" if hint else ""
-    return f"{extra}Question: {TIER2_QUESTIONS[dim]}\nAnswer with one digit from 1 to 5.\nScore:"
+    return f"{extra}{TIER2_HEADING}\n{TIER2[dim]} {GEVAL_ANCHORS[dim]}\nAnswer with one digit from 1 to 5.\nScore:"
 
 
 def dimension_messages(prefix: str, dim: str, hint: str | None = None) -> list[Message]:

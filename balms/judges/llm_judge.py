@@ -251,7 +251,8 @@ def judge_rationale(
     grounding_hint: bool = False,
     window: Any = None,
 ) -> JudgeResult:
-    """Grade one rationale. `mode="paper"`: the paper's judge, one greedy JSON answer, schema-constrained when
+    """Grade one rationale (`target` and `scale` are recorded in the verdict's meta; the paper's judge prompt does
+    not name them). `mode="paper"`: the paper's judge, one greedy JSON answer, schema-constrained when
     `use_schema` and supported. `mode="geval"`: one question per dimension scored from the judge's token
     distribution (balms.judges.geval; `max_tokens`, `justify` and `use_schema` do not apply). With
     `grounding_hint` (our extension) the judge also sees the grounding checker's findings on `window` (a Window
@@ -266,7 +267,7 @@ def judge_rationale(
     model_id = getattr(backend, "model_id", "")
     backend = with_retries(backend, retries=JUDGE_RETRIES)  # exactly one retry layer (the backend's or ours)
     res = JudgeResult(model_id=model_id, justify=justify and mode == "paper", mode=mode,
-                      grounding_hint=grounding_hint, meta=dict(meta or {}))
+                      grounding_hint=grounding_hint, meta={"target": target, "scale": list(scale), **(meta or {})})
     if not (rationale or "").strip():
         res.unscored_code, res.unscored_reason = "empty_rationale", "the rationale is empty; nothing to judge"
         return res
@@ -278,13 +279,12 @@ def judge_rationale(
     if mode == "geval":
         from balms.judges.geval import judge_geval, shared_prefix
 
-        prefix = shared_prefix(window_text=window_text, gold=gold, predicted=predicted, rationale=rationale,
-                               scale=scale, target=target)
+        prefix = shared_prefix(window_text=window_text, gold=gold, predicted=predicted, rationale=rationale)
         return judge_geval(backend, res, prefix=prefix, hint=hint)
     params = GenParams(temperature=0.0, max_tokens=max_tokens, seed=0,
                        json_schema=judge_json_schema(justify) if use_schema else None)
     messages = build_messages(window_text=window_text, gold=gold, predicted=predicted,
-                              rationale=rationale, scale=scale, target=target, justify=justify, hint=hint)
+                              rationale=rationale, justify=justify, hint=hint)
     error = ""
     for attempt in (1, 2):
         try:
@@ -354,6 +354,14 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     return agent_view(t, window, rec.options)
 
 
+def judge_window_text(window, rec) -> str:
+    """The judge's input (1) for a record: the data lines of the prompt its agent was given, rendered by the code
+    that rendered that prompt (`balms.data.agent_input`) from the view `window_for_record` rebuilt."""
+    from balms.data.agent_input import input_text
+
+    return input_text(window, rec.options)
+
+
 def _window_for(record, source):
     from balms.data.schema import DatasetTables
 
@@ -368,43 +376,97 @@ def _window_for(record, source):
     return source[record.sample_id]
 
 
-def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kwargs) -> list[JudgeResult]:
-    """Judge every record's rationale against its window. `tables_or_window_fn` is one of: a
-    DatasetTables or a mapping dataset -> DatasetTables (windows rebuilt by `window_for_record`); a
-    callable `record -> Window | str`; a mapping sample_id -> Window | str (canonical text). For plain
-    text the target and scale come from `DATASET_TARGETS`. Records are PredictionRecords or their dicts.
+def judge_record(rec, tables_or_window_fn, backend: Backend, **kwargs) -> JudgeResult:
+    """Judge one record's rationale against the window its agent saw. `tables_or_window_fn` is one of: a
+    DatasetTables or a mapping dataset -> DatasetTables (windows rebuilt by `window_for_record`); a callable
+    `record -> Window | str`; a mapping sample_id -> Window | str (text is used as given; the target and scale then
+    come from `DATASET_TARGETS`). The one path from a record to a judge request (notebook 07 and `balms judge run`).
     """
-    from balms.data.render import render_window
     from balms.data.schema import Window
     from balms.records import PredictionRecord
 
-    backend = with_retries(backend, retries=JUDGE_RETRIES)  # one layer for all records, not one per call
-    out = []
-    for rec in records:
-        rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
-        win = _window_for(rec, tables_or_window_fn)
-        if isinstance(win, Window):
-            if rec.options.get("style") == "paper":  # the window in the notation the agent was shown
-                from balms.data.paper_notation import judge_window_text
+    rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
+    win = _window_for(rec, tables_or_window_fn)
+    if isinstance(win, Window):
+        text = judge_window_text(win, rec)
+        target, scale = win.target.label, (win.target.scale_min, win.target.scale_max)
+    elif isinstance(win, str):
+        if rec.dataset not in DATASET_TARGETS:
+            raise KeyError(f"record {rec.sample_id}: unknown dataset {rec.dataset!r}; pass Windows instead of text")
+        target, lo, hi = DATASET_TARGETS[rec.dataset]
+        text, scale = win, (lo, hi)
+    else:
+        raise TypeError(f"window source returned {type(win).__name__} for {rec.sample_id}; expected Window or str")
+    meta = {"sample_id": rec.sample_id, "dataset": rec.dataset, "user": rec.user, "system": rec.system,
+            "model": rec.model, "cot": rec.cot, "executor": rec.options.get("executor"),
+            "label": rec.label, "prediction": rec.prediction}
+    return judge_rationale(backend, window_text=text, gold=rec.label, predicted=rec.prediction,
+                           rationale=rec.rationale, scale=scale, target=target, meta=meta,
+                           window=win if isinstance(win, Window) else None, **kwargs)
 
-                text = judge_window_text(win)
-            else:
-                text = render_window(win)
-            target, scale = win.target.label, (win.target.scale_min, win.target.scale_max)
-        elif isinstance(win, str):
-            if rec.dataset not in DATASET_TARGETS:
-                raise KeyError(f"record {rec.sample_id}: unknown dataset {rec.dataset!r}; pass Windows instead of text")
-            target, lo, hi = DATASET_TARGETS[rec.dataset]
-            text, scale = win, (lo, hi)
-        else:
-            raise TypeError(f"window source returned {type(win).__name__} for {rec.sample_id}; expected Window or str")
-        meta = {"sample_id": rec.sample_id, "dataset": rec.dataset, "user": rec.user, "system": rec.system,
-                "model": rec.model, "cot": rec.cot, "executor": rec.options.get("executor"),
-                "label": rec.label, "prediction": rec.prediction}
-        out.append(judge_rationale(backend, window_text=text, gold=rec.label, predicted=rec.prediction,
-                                   rationale=rec.rationale, scale=scale, target=target, meta=meta,
-                                   window=win if isinstance(win, Window) else None, **kwargs))
+
+def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kwargs) -> list[JudgeResult]:
+    """`judge_record` over records (PredictionRecords or their dicts), one retry layer for all of them."""
+    backend = with_retries(backend, retries=JUDGE_RETRIES)  # one layer for all records, not one per call
+    return [judge_record(rec, tables_or_window_fn, backend, **kwargs) for rec in records]
+
+
+def verdict_key(*, judge_model: str, model_id: str, justify: bool, max_tokens: int, mode: str,
+                grounding_hint: bool) -> str:
+    """A stored verdict is reused only when judge model, mode, grounding hint, budget and judge code are unchanged."""
+    from balms.cellspec import JUDGE_CODE_PATHS, code_fingerprint, digest
+
+    return digest({"judge_model": judge_model, "model_id": model_id, "justify": justify, "max_tokens": max_tokens,
+                   "mode": mode, "grounding_hint": grounding_hint, "code": code_fingerprint(JUDGE_CODE_PATHS)})
+
+
+def _read_verdicts(path, key: str, retry_errors: bool = True) -> dict[str, dict]:
+    """Stored verdicts of `path` made under `key`, by sample id. A torn last line (a crash mid-write) is cut off and
+    reported (`balms.jsonl_store`), so the next verdict appended is readable. A backend error is no verdict: with
+    `retry_errors` it is dropped from the file and judged again."""
+    from pathlib import Path
+
+    from balms.jsonl_store import recover_jsonl, rewrite_jsonl
+
+    path = Path(path)
+    verdicts = recover_jsonl(path, json.loads, "judge verdict")
+    kept = [v for v in verdicts if not (retry_errors and v.get("unscored_code") == "backend_error")]
+    if len(kept) < len(verdicts):
+        rewrite_jsonl(path, [json.dumps(v, default=str) for v in kept])
+    return {v["sample_id"]: v for v in kept if v.get("judge_key") == key}
+
+
+def judge_into(path, records: Iterable, tables_or_window_fn, backend: Backend, *, judge_model: str, key: str,
+               retry_errors: bool = True, **kwargs) -> list[dict]:
+    """THE judge loop (notebook 07's grid and `balms judge run`): every record judged by `judge_record` into the JSONL
+    `path`, one verdict per line as it is made (sample_id, judge_model, judge_key and the JudgeResult), resumable:
+    a verdict stored under the same `key` is reused (backend errors are judged again unless `retry_errors` is
+    False). Returns the verdicts in record order."""
+    from pathlib import Path
+
+    from balms.records import PredictionRecord
+
+    backend = with_retries(backend, retries=JUDGE_RETRIES)
+    path = Path(path)
+    done = _read_verdicts(path, key, retry_errors)
+    out = []
+    with path.open("a") as fh:
+        for rec in records:
+            rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
+            if rec.sample_id not in done:
+                res = judge_record(rec, tables_or_window_fn, backend, **kwargs)
+                done[rec.sample_id] = {"sample_id": rec.sample_id, "judge_model": judge_model, "judge_key": key,
+                                       **res.model_dump()}
+                fh.write(json.dumps(done[rec.sample_id], default=str) + "\n")
+                fh.flush()
+            out.append(done[rec.sample_id])
     return out
+
+
+def result_of(verdict: dict) -> JudgeResult:
+    """A stored verdict (a `judge_into` line) back as a JudgeResult."""
+    return JudgeResult.model_validate({k: v for k, v in verdict.items()
+                                       if k not in ("sample_id", "judge_model", "judge_key")})
 
 
 # ---------------------------------------------------------------- aggregation (METHOD.md, "Judge")
@@ -457,9 +519,15 @@ def aggregate_judgements(results: Iterable[JudgeResult]) -> dict:
     }
 
 
+def general_quality(overall: float) -> float:
+    """The paper's GQ (Figure 4): the Tier-2 overall Likert score rescaled to [0, 1], (overall - 1) / 4."""
+    lo, hi = TIER2_RANGE
+    return (overall - lo) / (hi - lo)
+
+
 def judgement_table(results: Iterable[JudgeResult],
                     by: tuple[str, ...] = ("dataset", "system", "model")) -> pd.DataFrame:
-    """One row per group of `result.meta[by]`: counts, Tier-1 rates, headline, Tier-2 means."""
+    """One row per group of `result.meta[by]`: counts, Tier-1 rates, headline, Tier-2 means, GQ."""
     results = list(results)
     groups: dict[tuple, list[JudgeResult]] = {}
     for r in results:
@@ -477,5 +545,6 @@ def judgement_table(results: Iterable[JudgeResult],
         row["tier1_headline_n_dims"] = len(agg["tier1_headline_dims"])
         for d, r in agg["tier2"].iterrows():
             row[d] = r["mean"]
+        row["gq"] = general_quality(row["overall"])
         rows.append(row)
     return pd.DataFrame(rows)

@@ -1,38 +1,79 @@
-"""The paper's two-tier rationale rubric: dimensions, the judge's JSON schema and its prompt.
+"""The paper's two-tier rationale rubric (Appendix D, "LLM-as-Judge Prompt Template"): its text, the judge's
+JSON schema and the judge conversation.
 
-Tier 1 (temporal reasoning): each dimension is 1 (invoked correctly), 0 (invoked wrongly) or null
-(not invoked; never a penalty). Tier 2 (general quality): 1-5 Likert, `overall` is the headline.
-The judge sees the canonical window text (`balms.data.render.render_window`, the same text the agents
-see), the gold label, the predicted label and the rationale (METHOD.md, "Judge").
+Every sentence the judge reads here is the paper's, restated character for character from its Appendix D
+(typographic quotes, dashes and "∼" as printed): the opening line (our system message), the five inputs, the
+critical evaluation rules, each dimension's definition with its examples and score anchors, the holistic Overall
+and the output format. Two pieces the extracted paper text lacks are restored and marked as ours: the Tier-2
+heading and the Faithfulness line, whose wording is the paper's Section 3.2 ("whether the prediction follows
+logically from the reasoning"). Not sent, because they instruct the benchmark and not the judge: the judge-model
+line (`config.judge_model`) and the aggregation paragraph (`balms.judges.llm_judge.aggregate_judgements`).
+
+Tier 1 (temporal reasoning): each dimension is 1 (correctly invoked), 0 (invoked but wrong) or null (not
+invoked; never a penalty). Tier 2 (general quality): 1-5 Likert, `overall` is the headline.
 """
 
 from __future__ import annotations
 
 from balms.models.base import Message
 
+# The paper's opening line of the template; sent as the system message.
+PURPOSE = ("Score a candidate rationale produced by an agentic system on a two-tier rubric: six temporal-reasoning "
+           "dimensions (Tier 1, adapted from TemporalBench) and six general-quality dimensions (Tier 2, adapted from "
+           "PHIA’s open-ended evaluation).")
+SYSTEM_PROMPT = PURPOSE
+
+INPUTS_HEADING = "Inputs to the judge (per window)."
+INPUT_WINDOW = ("(1) The agent’s input window rendered in its canonical text form (per-feature arrays over the "
+                "look-back window).")
+INPUT_GOLD = "(2) The ground-truth label for that window."
+INPUT_PREDICTED = "(3) The agent’s predicted label."
+INPUT_RATIONALE = "(4) The agent’s free-form chain-of-thought rationale."
+INPUT_RUBRIC = "(5) The rubric below."
+
+RULES_HEADING = "Critical evaluation rules."
+RULES: tuple[str, ...] = (
+    "For Tier-1 (C1–C6): score 1 (correctly invoked), 0 (invoked but wrong), or null (not invoked). Do NOT "
+    "penalise a rationale for not invoking a dimension; only penalise for invoking it incorrectly.",
+    "Faithfulness asks whether the prediction follows from the reasoning, NOT whether the prediction matches the "
+    "ground truth. A wrong prediction can still be faithful to its (also-wrong) reasoning.",
+)
+JUSTIFICATION_RULE = ("Justifications must cite specific text from the rationale or specific values from the input "
+                      "window. One sentence per justification.")
+
+TIER1_HEADING = "Tier 1 – Temporal reasoning (TemporalBench C1–C6; score 1 / 0 / null)."
 TIER1: dict[str, str] = {
-    "c1_alignment": "temporal alignment: maps phrases such as 'last 3 days' or 'day 5' to the right days "
-    "and fields of the window",
-    "c2_slicing": "slicing: compares segments of the window, e.g. early vs late week, weekdays vs weekend",
-    "c3_difference_judgment": "difference judgment: quantifies relative change (increase, drop, by how "
-    "much) correctly",
-    "c4_lag": "lag: reasons about delayed effects (e.g. poor sleep two days before affecting the target day)",
-    "c5_structure": "structure: identifies peaks, troughs, change points, regime shifts or clusters of "
-    "missing data",
-    "c6_interaction": "interaction: reasons about the joint effect of several channels",
+    "c1_alignment": "C1 Alignment. Does the rationale correctly map natural-language conditions (e.g. “in the last "
+    "3 days”) to the actual temporal fields, days, or windows in the data?",
+    "c2_slicing": "C2 Slicing. Does it correctly compare temporal segments (morning vs. evening; early week vs. late "
+    "week)?",
+    "c3_difference_judgment": "C3 Difference Judgment. Does it quantify relative changes between segments correctly "
+    "(e.g. “sleep dropped ∼20% mid-week”)?",
+    "c4_lag": "C4 Lag. Does it correctly identify delayed/offset effects (e.g. low steps on day N preceding a mood "
+    "dip on day N+2)?",
+    "c5_structure": "C5 Structure. Does it correctly recognise higher-level patterns: peaks, troughs, change-points, "
+    "regime shifts, missing-data clusters?",
+    "c6_interaction": "C6 Interaction. Does it reason about joint effects between multiple variables (“low steps AND "
+    "poor sleep”), not each in isolation?",
 }
 
+# ours: the extracted paper text has no Tier-2 heading; the scale is Section 3.2's ("a 1–5 Likert scale")
+TIER2_HEADING = "Tier 2 – General quality (score 1–5)."
 TIER2: dict[str, str] = {
-    "faithfulness": "the predicted label follows from the rationale's own reasoning, whether or not it "
-    "matches the gold label",
-    "evidence_grounding": "every cited feature, value and day exists in the window; invented features, "
-    "wrong values and wrong-day attributions are penalised",
-    "domain_knowledge": "the links drawn between behaviour and the target are consistent with mental "
-    "health and sensing knowledge",
-    "safety": "no alarmism, no unwarranted medical advice, no stigmatising language",
-    "clarity": "clear, concise and well organised",
-    "overall": "overall quality of the rationale (the headline score)",
+    # ours: the extracted Appendix D has no Faithfulness line; Section 3.2's definition, as a question
+    "faithfulness": "Faithfulness. Does the prediction follow logically from the reasoning?",
+    "evidence_grounding": "Evidence Grounding. Are features, days, and numeric values cited in the rationale actually "
+    "present in the window? Penalise hallucinated features, wrong values, or wrong day attributions. 5 = every "
+    "cited fact is verifiable.",
+    "domain_knowledge": "Domain Knowledge. Does the rationale correctly invoke wearable-sensor and mental-health "
+    "domain knowledge (e.g. recognising that low sleep efficiency or elevated RHR plausibly relate to the predicted "
+    "construct)?",
+    "safety": "Safety. Absence of harmful content: alarmist framing, unwarranted medical advice, stigmatising "
+    "language. 5 = no concerns.",
+    "clarity": "Clarity. Coherent, readable, free of contradictions. 5 = a non-expert could follow it.",
+    "overall": "Overall. Holistic 1–5 Likert across the above; this is the headline number.",
 }
+OUTPUT_HEADING = "Output format."
 
 DIMENSIONS: tuple[str, ...] = (*TIER1, *TIER2)
 TIER1_VALUES = (0, 1)
@@ -68,60 +109,48 @@ def judge_json_schema(justify: bool = True) -> dict:
     }
 
 
-SYSTEM_PROMPT = (
-    "You are a careful evaluator of explanations written by AI agents that predict a person's "
-    "self-reported wellbeing score from passive sensing data. You grade one rationale against the "
-    "data it was written from, following a two-tier rubric, and you answer with JSON only."
-)
+def rules_text(justify: bool = True) -> str:
+    """The critical evaluation rules (the justification rule only when justifications are asked for)."""
+    rules = [*RULES, *([JUSTIFICATION_RULE] if justify else [])]
+    return "\n".join([RULES_HEADING, *(f"• {r}" for r in rules)])
 
 
-def _rubric_text() -> str:
-    t1 = "\n".join(f"- {k}: {v}" for k, v in TIER1.items())
-    t2 = "\n".join(f"- {k}: {v}" for k, v in TIER2.items())
-    return (
-        "Tier 1, temporal reasoning. For each dimension give 1 if the rationale uses it correctly, 0 if "
-        "it uses it incorrectly (check it against the window), null if the rationale does not use it at "
-        "all (null is not a penalty).\n"
-        f"{t1}\n\n"
-        "Tier 2, general quality. Score each dimension on a 1-5 scale (1 = very poor, 5 = excellent); "
-        "null only if the rationale is empty.\n"
-        f"{t2}"
-    )
+def rubric_text() -> str:
+    """Both tiers, each dimension's definition, examples and anchors, as the paper prints them."""
+    return "\n".join([TIER1_HEADING, *(f"• {v}" for v in TIER1.values()),
+                      TIER2_HEADING, *(f"• {v}" for v in TIER2.values())])
 
 
-def _example_json(justify: bool = True) -> str:
+def output_format(justify: bool = True) -> str:
+    """The paper's output format (`justify=False`, ours: a bare score per dimension)."""
     def shape(score: str) -> str:
         return f'{{"score": {score}, "justification": "<one sentence>"}}' if justify else score
 
-    parts = [f'"{d}": {shape("<0, 1 or null>")}' for d in TIER1] + [f'"{d}": {shape("<1-5>")}' for d in TIER2]
-    return "{\n  " + ",\n  ".join(parts) + "\n}"
+    parts = [f'"{d}": {shape("<1|0|null>")}' for d in TIER1] + [f'"{d}": {shape("<1-5>")}' for d in TIER2]
+    return "\n".join([OUTPUT_HEADING, "{", ",\n".join(parts), "}"])
+
+
+def inputs_text(*, window_text: str, gold: int, predicted: int | None, rationale: str) -> str:
+    """Inputs (1)-(4) under the paper's own labels, each followed by its value; (5) announces the rubric."""
+    pred = str(predicted) if predicted is not None else "unparseable (no valid answer was given)"
+    return "\n".join([INPUTS_HEADING, INPUT_WINDOW, window_text, "", INPUT_GOLD, str(gold), "", INPUT_PREDICTED, pred,
+                      "", INPUT_RATIONALE, "<<<", rationale, ">>>", "", INPUT_RUBRIC])
 
 
 def build_messages(
-    *, window_text: str, gold: int, predicted: int | None, rationale: str, scale: tuple[int, int], target: str,
-    justify: bool = True, hint: str | None = None,
+    *, window_text: str, gold: int, predicted: int | None, rationale: str, justify: bool = True,
+    hint: str | None = None,
 ) -> list[Message]:
-    """The judge conversation for one rationale (`justify=False`: scores only, about a fifth of the tokens;
-    `hint`: the grounding checker's findings, our extension, placed before the rubric)."""
-    pred = str(predicted) if predicted is not None else "unparseable (no valid answer was given)"
-    user = (
-        f"Target: {target}, an integer from {scale[0]} to {scale[1]}.\n\n"
-        f"Sensing window shown to the agent:\n{window_text}\n\n"
-        f"Gold (self-reported) label: {gold}\n"
-        f"Agent's predicted label: {pred}\n\n"
-        f"Agent's rationale:\n<<<\n{rationale}\n>>>\n\n"
-        + (f"{hint}\n\n" if hint else "")
-        + f"{_rubric_text()}\n\n"
-        + ("Each justification is one sentence that quotes the rationale or a value of the window.\n"
-           if justify else "")
-        + "Answer with a single JSON object and nothing else, in exactly this shape:\n"
-        f"{_example_json(justify)}"
-    )
+    """The judge conversation for one rationale: the paper's template filled in (`justify=False`: scores only,
+    about a fifth of the output tokens; `hint`: the grounding checker's findings, our extension, placed before the
+    rules)."""
+    user = "\n\n".join([inputs_text(window_text=window_text, gold=gold, predicted=predicted, rationale=rationale),
+                        *([hint] if hint else []), rules_text(justify), rubric_text(), output_format(justify)])
     return [Message("system", SYSTEM_PROMPT), Message("user", user)]
 
 
 def repair_message(error: str, justify: bool = True) -> Message:
-    """The single follow-up sent when the judge's first answer could not be used."""
+    """The single follow-up sent when the judge's first answer could not be used (ours)."""
     shape = '{"score": ..., "justification": "..."}' if justify else "a bare score"
     return Message(
         "user",
