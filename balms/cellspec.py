@@ -57,7 +57,9 @@ def digest(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(_canonical(obj).encode()).hexdigest()[:n]
 
 
-JUDGE_CODE_PATHS = ("judges/llm_judge.py", "judges/rubric.py", "data/render.py", "data/channels.py")
+# A verdict is computed by the judge loop and what it imports (rubric, G-Eval, the agents' own window renderer,
+# the backends): its code key is the import closure of this root, like a cell's, so no hand-written list can miss one.
+JUDGE_ROOTS = ("balms.judges.llm_judge",)
 
 
 def _code_files(root: Path, rels: tuple[str, ...]) -> list[Path]:

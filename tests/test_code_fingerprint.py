@@ -25,6 +25,7 @@ def closure_of(system: str, root: str | None = None) -> set[str]:
 
 
 CLOSURES = {s: closure_of(s) for s in AGENTS}
+JUDGE_CLOSURE = {m for m, _ in import_closure(cellspec.JUDGE_ROOTS)}
 ALL_MODULES = sorted(modules_of(PKG))
 
 
@@ -39,9 +40,14 @@ def _key(system: str, root: str) -> str:
 def pkg_copy(tmp_path_factory):
     root = tmp_path_factory.mktemp("pkg") / "balms"
     shutil.copytree(PKG, root, ignore=shutil.ignore_patterns("__pycache__"))
-    keys = {s: _key(s, str(root)) for s in AGENTS}
-    assert keys == {s: _key(s, None) for s in AGENTS}  # a copy reads as the package itself
+    keys = {s: _key(s, str(root)) for s in AGENTS} | {"judge": _judge_code(str(root))}
+    assert keys == {s: _key(s, None) for s in AGENTS} | {"judge": _judge_code(None)}  # a copy reads as the package
     return root, keys
+
+
+def _judge_code(root: str | None) -> str:
+    """The judge verdicts' code key (`llm_judge.verdict_key`'s "code") as read from the package copy `root`."""
+    return cellspec.closure_fingerprint(cellspec.JUDGE_ROOTS, root)
 
 
 @pytest.mark.parametrize("module", ALL_MODULES)
@@ -52,7 +58,7 @@ def test_editing_a_module_changes_exactly_the_keys_of_the_cells_whose_closure_ho
     path.write_bytes(original + b"\n# edited\n")
     cellspec.closure_fingerprint.cache_clear()
     try:
-        after = {s: _key(s, str(root)) for s in AGENTS}
+        after = {s: _key(s, str(root)) for s in AGENTS} | {"judge": _judge_code(str(root))}
     finally:
         path.write_bytes(original)
         cellspec.closure_fingerprint.cache_clear()
@@ -61,6 +67,14 @@ def test_editing_a_module_changes_exactly_the_keys_of_the_cells_whose_closure_ho
             assert after[s] != before[s], f"{module} is in {s}'s closure but editing it left the key unchanged"
         else:
             assert after[s] == before[s], f"{module} is outside {s}'s closure but editing it changed the key"
+    # a judge verdict is keyed the same way: re-judged exactly when a module of the judge's closure changed
+    assert (after["judge"] != before["judge"]) == (module in JUDGE_CLOSURE), module
+
+
+def test_the_judge_closure_holds_the_renderer_the_agents_prompts_use():
+    assert {"balms.judges.rubric", "balms.judges.geval", "balms.data.agent_input", "balms.data.paper_notation",
+            "balms.data.render"} <= JUDGE_CLOSURE
+    assert not JUDGE_CLOSURE & {"balms.report", "balms.metrics", "balms.experiments.grid"}
 
 
 def test_the_closure_holds_what_the_hand_written_list_missed_and_leaves_out_what_runs_no_cell():

@@ -487,8 +487,9 @@ def test_judge_into_resumes_cuts_a_torn_line_and_retries_backend_errors(tmp_path
     assert len(be.calls) == 2  # the backend error and the torn one; the first verdict was reused
     assert [v["status"] for v in out] == ["scored"] * 3
     lines = [json.loads(x) for x in path.read_text().splitlines()]  # every line readable
-    assert [v["sample_id"] for v in lines] == [recs[0].sample_id, recs[1].sample_id, recs[1].sample_id,
-                                               recs[2].sample_id]
+    # the backend error's line was dropped from the file (no verdict), its re-judged verdict appended
+    assert [v["sample_id"] for v in lines] == [recs[0].sample_id, recs[1].sample_id, recs[2].sample_id]
+    assert [v["status"] for v in lines] == ["scored"] * 3
     other = FakeJudge([json.dumps(verdict())] * 3)
     judge_into(path, recs, windows, other, judge_model="j", key="k2")  # another key: judged again
     assert len(other.calls) == 3
