@@ -29,7 +29,7 @@ EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
 RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
-.PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data paper notebook \
+.PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data fidelity paper notebook \
         report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles bench-scale clean-runs lint export-responses bundle \
         replay-check plan plan-confirm paper-dryrun book lab FORCE
 
@@ -97,6 +97,9 @@ sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root an
 
 paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked; goal 15 min, deadline 20 (CI)
 	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)"
+
+fidelity: ## Regenerate docs/fidelity.md from balms/resources/fidelity.yaml (tests/test_fidelity.py checks both)
+	$(PY) -m balms.fidelity --write
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
 	$(PY) -m balms.data.summary --all

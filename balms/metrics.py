@@ -20,7 +20,7 @@ independent; resampling participants (with all their windows) gives honest inter
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 import numpy as np
@@ -85,7 +85,20 @@ def _scales(df: pd.DataFrame, scale: tuple[int, int] | None) -> tuple[np.ndarray
     return lo, hi
 
 
-def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: float | None = None,
+MeanPrediction = float | Mapping[str, float]  # a constant, or per sample id (the leave-one-out evaluation rules)
+
+
+def _mean_values(df: pd.DataFrame, mean_prediction: MeanPrediction) -> np.ndarray:
+    """The mean predictor's prediction for each row of `df` (a constant, or looked up by sample_id)."""
+    if isinstance(mean_prediction, Mapping):
+        missing = sorted(set(df["sample_id"]) - set(mean_prediction))
+        if missing:
+            raise ValueError(f"no mean-predictor value for sample(s) {missing[:3]} (not scored by the evaluation rule)")
+        return df["sample_id"].map(mean_prediction).to_numpy(float)
+    return np.full(len(df), float(mean_prediction))
+
+
+def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: MeanPrediction | None = None,
                scale: tuple[int, int] | None = None) -> pd.Series:
     """Per-sample absolute error under a parse-failure policy; NaN marks samples the policy excludes (errors
     always: they are not predictions)."""
@@ -99,7 +112,7 @@ def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: float | 
     elif policy == "mean_fill":
         if mean_prediction is None:
             raise ValueError("policy 'mean_fill' needs mean_prediction")
-        err[failed] = np.abs(y[failed] - mean_prediction)
+        err[failed] = np.abs(y - _mean_values(df, mean_prediction))[failed]
     elif policy == "worst":
         lo, hi = _scales(df, scale)
         err[failed] = np.maximum(y - lo, hi - y)[failed]
@@ -109,7 +122,7 @@ def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: float | 
     return pd.Series(err, index=df.index, name="abs_error")
 
 
-def mae(records, policy: Policy = "exclude", *, mean_prediction: float | None = None,
+def mae(records, policy: Policy = "exclude", *, mean_prediction: MeanPrediction | None = None,
         scale: tuple[int, int] | None = None) -> float:
     """Mean absolute error; parse failures handled by `policy` (default: excluded, see module doc)."""
     e = abs_errors(records, policy, mean_prediction=mean_prediction, scale=scale).dropna()
@@ -143,7 +156,7 @@ def mean_ci(values, clusters, *, n_boot: int = 2000, seed: int = 0) -> tuple[flo
 
 
 def mae_ci(records, *, by: str = "user", n_boot: int = 2000, seed: int = 0, policy: Policy = "exclude",
-           mean_prediction: float | None = None, scale: tuple[int, int] | None = None) -> dict:
+           mean_prediction: MeanPrediction | None = None, scale: tuple[int, int] | None = None) -> dict:
     """MAE with a 95% participant-cluster bootstrap CI: {mae, ci_low, ci_high, n, n_clusters}.
     The CI is NaN with fewer than two participants (no between-participant variation to resample)."""
     df = records_frame(records)
@@ -159,18 +172,18 @@ def mae_ci(records, *, by: str = "user", n_boot: int = 2000, seed: int = 0, poli
 
 def paired_difference(recs_a, recs_b, *, policy: Policy = "exclude", by: str = "user", n_boot: int = 2000,
                       seed: int = 0, scale: tuple[int, int] | None = None,
-                      mean_prediction: float | None = None) -> dict:
+                      mean_prediction: MeanPrediction | None = None) -> dict:
     """MAE(a) - MAE(b) over the samples both have (paired by sample_id), with a cluster-bootstrap CI.
 
-    `recs_b` may be another system's records, or a number: the mean predictor's constant prediction
-    (then b never fails to parse). Negative = a is better. Samples present in only one side, and pairs
-    dropped because a side failed to parse (policy "exclude") or has no answer (an error), are counted in the
-    result.
+    `recs_b` may be another system's records, or the mean predictor: a number (its constant prediction) or a
+    mapping sample_id -> prediction (a leave-one-out evaluation rule); then b never fails to parse.
+    Negative = a is better. Samples present in only one side, and pairs dropped because a side failed to parse
+    (policy "exclude") or has no answer (an error), are counted in the result.
     """
     a = records_frame(recs_a)
-    if isinstance(recs_b, (int, float, np.floating)):
+    if isinstance(recs_b, (int, float, np.floating, Mapping)):
         b = a[["sample_id", "user", "label"]].copy()
-        b["prediction"] = float(recs_b)
+        b["prediction"] = _mean_values(b, recs_b)
         if "dataset" in a.columns:
             b["dataset"] = a["dataset"]
         b = records_frame(b)
@@ -246,7 +259,7 @@ def confusion(records, *, scale: tuple[int, int] | None = None) -> pd.DataFrame:
     return tab.reindex(index=order, columns=[*order, UNPARSEABLE], fill_value=0)
 
 
-def summarize_run(records, mean_prediction: float | None = None, *, n_boot: int = 2000, seed: int = 0,
+def summarize_run(records, mean_prediction: MeanPrediction | None = None, *, n_boot: int = 2000, seed: int = 0,
                   scale: tuple[int, int] | None = None) -> dict:
     """One table row for a run: n, MAE (exclude) with CI, worst-case MAE, parse failures and errors (apart),
     mode collapse, and, given the mean predictor's value, its MAE on the same samples and the paired difference."""

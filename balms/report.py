@@ -220,13 +220,16 @@ def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order:
 def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hue: str, col: str | None = None,
                   row: str | None = None, title: str = "", ylabel: str | None = None, refs: dict | None = None,
                   log: bool = False, missing_label: str = "no parsed answer", col_order: list | None = None,
-                  paper_points: dict | None = None, paper_label: str = "paper (one mark per backbone)"):
+                  paper_points: dict | None = None, paper_label: str = "paper (one mark per backbone)",
+                  paper_refs: dict | None = None):
     """Bars of a summary table with ITS intervals (the participant-cluster bootstrap the tables report), one
     panel per `col` value (e.g. one per backbone, in `col_order` when given) and one panel row per `row` value.
     A cell without a value is drawn as an explicit mark, never a silently missing bar; a panel whose slice has
     no cell at all says so. `refs` = {row or col value: y} draws a dashed reference line in the panels of that
     value (e.g. the mean predictor of a dataset). `paper_points` = {(row or col value, x value): [values]} marks
-    the paper's numbers for that cell (black diamonds), so a figure shows them beside ours, not only the CSV."""
+    the paper's numbers for that cell (black diamonds), so a figure shows them beside ours, not only the CSV.
+    `paper_refs` = {row or col value: y} draws the paper's reference line (e.g. its mean predictor) dotted beside
+    ours."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -273,8 +276,10 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
                         ax.plot([i] * len(pts), pts, ls="none", marker="D", ms=4, color="k", alpha=0.7,
                                 label=paper_label)
             for key in (rv, cv):
-                if refs and key is not None and refs.get(key) is not None and not np.isnan(refs[key]):
-                    ax.axhline(refs[key], color="k", ls="--", lw=1, label="mean predictor")
+                for lines, ls, label in ((refs, "--", "mean predictor (ours)"),
+                                         (paper_refs, ":", "mean predictor (paper)")):
+                    if lines and key is not None and lines.get(key) is not None and not np.isnan(lines[key]):
+                        ax.axhline(lines[key], color="k", ls=ls, lw=1, label=label)
             ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, fontsize=7)
             ax.set_title(" | ".join(str(v) for v in (rv, cv) if v is not None), fontsize=8)
             if log and not sub.empty:

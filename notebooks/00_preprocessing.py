@@ -34,6 +34,7 @@
 profile = "demo"
 datasets = None
 seed = None
+evaluation_rule = None
 settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
@@ -42,21 +43,27 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from balms import experiments as ex, report
+from balms.data.evaluation import EVALUATION_RULE_TEXT
+from balms.data.loading import load_dataset
+from balms.data.registry import dataset_names
 from balms.data.samples import DEFAULT_RULE, SAMPLE_RULE_TEXT
-from balms.data.summary import all_rule_summaries, evaluation_rule, sample_rule_table, table5_eval_sets
+from balms.data.summary import (all_rule_summaries, dataset_summary, evaluation_rule_table, evaluation_statement,
+                                sample_rule_table, table5_eval_sets)
 from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
 NB = "00_preprocessing"
 by_rule = all_rule_summaries(cfg.datasets, seed=cfg.seed)  # every named sample rule, each dataset loaded once
 summaries = by_rule[DEFAULT_RULE]
+# Table 5 and the evaluation rules are data only (no model call): every dataset, whatever the profile's `datasets`
+all_tables = {d: load_dataset(d) for d in dataset_names()}
 
 # %% [markdown]
 # ## The evaluation rule
-# One statement, used by every notebook (`balms.data.summary.evaluation_rule`, the same text as in the README).
+# One statement, used by every notebook (`balms.data.summary.evaluation_statement`, the same text as in the README).
 
 # %%
-print(evaluation_rule(DEFAULT_RULE))
+print(evaluation_statement(DEFAULT_RULE, cfg.evaluation_rule))
 
 # %% [markdown]
 # ## Candidate sample rules, side by side
@@ -88,12 +95,51 @@ print(f"The benchmark uses {DEFAULT_RULE!r}: {SAMPLE_RULE_TEXT[DEFAULT_RULE]}. I
       "inside the user's record; an empty window gives an agent nothing to read), not from the counts above.")
 
 # %% [markdown]
-# ## Table 5: evaluation sets, paper vs ours
+# ## Evaluation rules: which samples are scored, and the mean predictor
+# The paper scores "all held-out target days" (Section 3.2) against a mean predictor that outputs "the average
+# training set label" (Section 4.1), and Table 7 counts PHIA's predictions over 1,640 GLOBEM windows, all of
+# Table 5's GLOBEM set, and 1,463 PMData windows (Table 5: 1,448). Each candidate reading is one row per sample
+# rule: how many samples it scores and the mean predictor's MAE on them, beside the paper's counts and its
+# mean predictor (Table 3: PMData 0.48, GLOBEM 0.80, DiversityOne 0.58). What to look for: which readings score
+# every sample (as Table 7 says) and still have a training mean, and which mean-predictor MAE lands near the
+# paper's on the real data.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-t5 = table5_eval_sets(summaries)  # the paper's Table 5 rows beside our counts (balms.data.summary)
-report.save_table(t5, "table5_eval_sets", artefact="Table 5", notebook=NB, source=src, profile=cfg.profile,
+ev_rules = evaluation_rule_table(all_tables, seed=cfg.seed)
+report.save_table(ev_rules, "evaluation_rules", artefact="Table 5 (evaluation rules)", notebook=NB,
+                  source=report.source_label(ev_rules["source"]), profile=cfg.profile,
+                  caption="scored samples and mean-predictor MAE under each (sample rule, evaluation rule)")
+ev_rules[ev_rules.sample_rule == DEFAULT_RULE]
+
+# %%
+for d, g in ev_rules.groupby("dataset", sort=False):
+    g = g.set_index(["sample_rule", "evaluation_rule"])
+    r0 = g.iloc[0]
+    every = sorted({e for (_, e), r in g.iterrows() if r.n_scored == r.n_samples})
+    near = ", ".join(f"{s}/{e} {r.mean_predictor_mae:.3f}" for (s, e), r in g.iterrows()
+                     if round(r.mean_predictor_mae, 2) == r0.paper_mean_predictor_mae)
+    print(f"{d} ({r0.source}, {r0.users} users): samples per sample rule "
+          f"{ {k: int(v) for k, v in g.xs('heldout30', level=1)['n_samples'].items()} }; paper Table 5 "
+          f"{r0.paper_table5_n}, Table 7 "
+          f"{r0.paper_table7_n}. Rules that score every sample: {every}. Mean predictor equal to the paper's "
+          f"{r0.paper_mean_predictor_mae} at two decimals: {near or 'none'}.")
+    own = g.xs(DEFAULT_RULE, level=0)["mean_predictor_mae"]
+    print(f"  under {DEFAULT_RULE!r}: global leave-one-out {own['all_days_loo']:.3f}, per-user leave-one-out "
+          f"{own['all_days_user_loo']:.3f}, per-user earlier days {own['all_days_user_earlier']:.3f}, ours (heldout30) "
+          f"{own['heldout30']:.3f}; paper {r0.paper_mean_predictor_mae}.")
+print(f"This profile's evaluation rule: {cfg.evaluation_rule!r}: {EVALUATION_RULE_TEXT[cfg.evaluation_rule]}.")
+
+# %% [markdown]
+# ## Table 5: evaluation sets, paper vs ours
+# Every dataset (data only, whatever the profile runs), under the benchmark's sample rule.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+t5_summaries = {d: summaries.get(d) or dataset_summary(d, seed=cfg.seed, tables=all_tables[d]) for d in dataset_names()}
+t5 = table5_eval_sets(t5_summaries)  # the paper's Table 5 rows beside our counts (balms.data.summary)
+report.save_table(t5, "table5_eval_sets", artefact="Table 5", notebook=NB, source=report.source_label(t5["source"]),
+                  profile=cfg.profile,
                   caption="evaluation sets and mean-predictor MAE, paper vs ours")
 t5
 
@@ -114,7 +160,7 @@ longm = t5.melt(id_vars="dataset", value_vars=["paper_mean_predictor_mae", "ours
 sns.barplot(data=longm.assign(who=longm.who.str.replace("_mean_predictor_mae", "")), x="dataset", y="MAE", hue="who",
             ax=axes[1])
 axes[1].set_title("mean predictor MAE")
-fig.suptitle(f"Table 5, paper vs ours (rule {DEFAULT_RULE!r}); data: {src}", fontsize=9)
+fig.suptitle(f"Table 5, paper vs ours (rule {DEFAULT_RULE!r}); data: {report.source_label(t5['source'])}", fontsize=9)
 fig.tight_layout()
 report.save_figure(fig, "table5_eval_sets", artefact="Table 5 (figure)", notebook=NB, source=src, profile=cfg.profile)
 

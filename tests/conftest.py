@@ -34,6 +34,22 @@ def globem_dir(real_data) -> Path:
     return real_data / "globem"
 
 
+@pytest.fixture(scope="session")
+def pmdata_tables(pmdata_dir):
+    """The real PMData, loaded once per session."""
+    from balms.data.pmdata import load_pmdata
+
+    return load_pmdata(pmdata_dir)
+
+
+@pytest.fixture(scope="session")
+def globem_tables(globem_dir):
+    """The real GLOBEM public sample (both cohorts), loaded once per session."""
+    from balms.data.globem import load_globem
+
+    return load_globem(globem_dir)
+
+
 @pytest.fixture()
 def isolated_cache(tmp_path, monkeypatch) -> Path:
     """A private BALMS_CACHE_DIR for tests that write caches."""

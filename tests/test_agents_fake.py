@@ -118,11 +118,14 @@ def test_healthllm_cot_rationale_and_budget(pm, style):
     user = be.calls[0][0][1].content
     if style == "corrected":
         assert "step by step" in user
-    else:  # the paper's CoT only asks for a reasoning paragraph before the same answer line
+    else:  # the paper's CoT only asks for a reasoning paragraph, then its answer sentence
         assert "step by step" not in user and "Cite" not in user
-        assert user.endswith("the following format:\nReasoning: <your reasoning in one paragraph>\nAnswer: 1")
+        assert user.endswith("the following format:\nReasoning: <your reasoning in one paragraph>\n"
+                             "The user's stress score is 3.")
         zs = make_agent("healthllm").first_prompt(s, tables)[1].content
-        assert user.replace("Reasoning: <your reasoning in one paragraph>\n", "") == zs
+        assert user.replace("Reasoning: <your reasoning in one paragraph>\nThe user's stress score is 3.",
+                            "Answer: 1") == zs
+        assert rec.options["cot_format"] == "paper"
     assert rec.options["seed"] == 7
 
 

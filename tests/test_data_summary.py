@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
+from balms.data.evaluation import EVALUATION_RULE_TEXT, EVALUATION_RULES
 from balms.data.samples import SAMPLE_RULES
-from balms.data.summary import TABLE5_COLUMNS, evaluation_rule, sample_rule_table, table5_eval_sets
+from balms.data.summary import TABLE5_COLUMNS, evaluation_statement, sample_rule_table, table5_eval_sets
 
 
 def _summ(source, users, n, mae, n_test=None, dropped=None):
@@ -16,10 +18,11 @@ def _summ(source, users, n, mae, n_test=None, dropped=None):
             "paper_mean_predictor_mae": 0.48}
 
 
-def test_table5_rows_in_summary_order_with_paper_numbers():
+def test_table5_has_every_paper_row_with_ours_beside():
     t = table5_eval_sets({"pmdata": _summ("real", 16, 1450, 0.44712), "globem": _summ("real", 10, 20, None)})
-    assert list(t.columns) == TABLE5_COLUMNS and list(t["dataset"]) == ["PMData", "GLOBEM"]
-    pm, gl = t.to_dict("records")
+    assert list(t.columns) == TABLE5_COLUMNS and list(t["dataset"]) == ["DiversityOne", "PMData", "GLOBEM"]
+    d1, pm, gl = t.to_dict("records")
+    assert d1["paper_n_samples"] == 1355 and pd.isna(d1["ours_n_samples"])  # not summarised: no count, no crash
     assert (pm["paper_n_samples"], pm["paper_mean_predictor_mae"], pm["lookback_days"]) == (1448, 0.48, 14)
     assert (pm["ours_users"], pm["ours_n_samples"], pm["ours_mean_predictor_mae"]) == (16, 1450, 0.447)
     assert gl["paper_n_samples"] == 1640 and math.isnan(gl["ours_mean_predictor_mae"])  # no baseline: NaN, no crash
@@ -38,9 +41,12 @@ def test_sample_rule_table_marks_the_benchmark_rule_and_counts_every_filter():
     assert list(t["dropped_short_history"]) == [0, 161] and list(t["n_test"]) == [518, 464]
 
 
-def test_evaluation_rule_names_the_rule_and_the_split():
+def test_evaluation_rule_names_the_sample_rule_and_the_evaluation_rule():
     for r in SAMPLE_RULES:
-        text = evaluation_rule(r)
-        assert repr(r) in text and "30%" in text and "held-out" in text
+        for e in EVALUATION_RULES:
+            text = evaluation_statement(r, e)
+            assert repr(r) in text and repr(e) in text and EVALUATION_RULE_TEXT[e] in text
+    assert "30%" in evaluation_statement("balms", "heldout30")
+    assert "leave-one-out" in evaluation_statement("balms", "all_days_loo")
     with pytest.raises(KeyError):
-        evaluation_rule("tuned")
+        evaluation_statement("tuned")

@@ -18,7 +18,7 @@ def test_interval_bars_use_the_summary_intervals_and_mark_missing_cells():
     s = pd.DataFrame({"dataset": ["pmdata"] * 3, "system": ["healthllm", "rag", "phia"], "model": ["m"] * 3,
                       "mae": [0.5, np.nan, 1.0], "lo": [0.3, np.nan, 0.9], "hi": [0.8, np.nan, 1.6]})
     fig = report.interval_bars(s, x="system", y="mae", lo="lo", hi="hi", hue="model", col="dataset",
-                               refs={"pmdata": 0.45})
+                               refs={"pmdata": 0.45}, paper_refs={"pmdata": 0.48, "globem": 0.80})
     ax = fig.axes[0]
     bars = [p for p in ax.patches]
     assert sorted(round(b.get_height(), 3) for b in bars) == [0.5, 1.0]
@@ -29,7 +29,10 @@ def test_interval_bars_use_the_summary_intervals_and_mark_missing_cells():
     marks = [line for line in ax.lines if line.get_marker() == "x"]
     assert len(marks) == 1  # the rag cell has no parsed answer
     assert any(t.get_text() == "no parsed answer" for t in ax.texts)
-    assert any(line.get_linestyle() == "--" and line.get_ydata()[0] == 0.45 for line in ax.lines)
+    refs = {(line.get_label(), line.get_linestyle(), line.get_ydata()[0]) for line in ax.lines
+            if line.get_label().startswith("mean predictor")}
+    # ours dashed, the paper's dotted, only the panel's own dataset (no GLOBEM line in the PMData panel)
+    assert refs == {("mean predictor (ours)", "--", 0.45), ("mean predictor (paper)", ":", 0.48)}
 
 
 def test_interval_bars_one_panel_per_backbone_and_a_row_per_dataset():

@@ -24,6 +24,8 @@ PAPER_P01_SENSOR_LINES = [
     "[SleepMinutes]: [NaN, 430, 821, NaN, 362, 1096, 392, NaN, 391, 422, 779, NaN, 361, 367] minutes",
 ]
 PAPER_P01_MOOD_LINE = "[Mood]: 3 out of 5"
+# "Health-LLM Prompt Template with Reasoning": the reasoning paragraph ends with this answer sentence
+PAPER_COT_ANSWER_SENTENCE = "The user's stress score is 3."
 # The template's blocks with the slots ({Stress}, {0}, {5}, {48}, {male}, {195}, {182}) as printed.
 PAPER_P01_PROMPT = "\n".join([
     "Predict the user's stress level given wearable-derived physiological signals and self-reported context.",
@@ -69,8 +71,41 @@ def test_p01_sensor_and_mood_lines_equal_the_paper(p01):
 def test_p01_whole_paper_prompt_is_the_printed_template(p01):
     tables, sample = p01
     assert _user(tables, sample) == PAPER_P01_PROMPT  # the default style is the paper's
+    # CoT, as the paper's "Health-LLM Prompt Template with Reasoning" prints its answer: a Reasoning paragraph,
+    # then "The user's stress score is 3."
     cot = _user(tables, sample, cot=True)
-    assert cot == PAPER_P01_PROMPT.replace("\nAnswer: 1", "\nReasoning: <your reasoning in one paragraph>\nAnswer: 1")
+    assert cot == PAPER_P01_PROMPT.replace(
+        "\nAnswer: 1", "\nReasoning: <your reasoning in one paragraph>\n" + PAPER_COT_ANSWER_SENTENCE)
+    # our earlier reconstruction, a named option (the CPU study's committed CoT prompts)
+    old = _user(tables, sample, cot=True, cot_format="answer_line")
+    assert old == PAPER_P01_PROMPT.replace("\nAnswer: 1", "\nReasoning: <your reasoning in one paragraph>\nAnswer: 1")
+    with pytest.raises(ValueError, match="unknown cot_format 'json'"):
+        make_agent("healthllm", cot=True, cot_format="json")
+
+
+def test_paper_cot_answer_sentence_parses_only_where_asked(p01):
+    from balms.agents.parsing import parse_answer
+
+    reply = "Reasoning: sleep fell on day 13.\n\nThe user's stress score is 4."
+    got = parse_answer(reply, 1, 5, score_sentence=True)
+    assert (got.value, got.rationale) == (4, "Reasoning: sleep fell on day 13.")
+    assert parse_answer(reply, 1, 5).value is None  # other prompts' replies parse as before
+    assert parse_answer("The user's PHQ-4 anxiety score is 2. Answer: 1", 0, 3, score_sentence=True).value == 1
+
+
+def test_prompt_help_states_the_agents_context_window_defaults(capsys):
+    from balms.agents.prompt_cli import context_window_defaults
+    from balms.agents.rag import RAGAgent
+    from balms.agents.raptor import RaptorAgent
+    from balms.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["prompt", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    want = {False: "no", True: "yes"}
+    rag, raptor = want[RAGAgent.context_window], want[RaptorAgent.context_window]
+    assert context_window_defaults() == f"rag {rag}, raptor {raptor}"
+    assert f"default: {context_window_defaults()}" in out and "raptor no" in out
 
 
 def test_corrected_style_differs_where_its_recipe_does(p01):

@@ -210,8 +210,12 @@ def test_ours_runs_only_where_a_parameter_names_it():
         assert tuple(cfg.systems) == PAPER_SYSTEMS and not cfg.size_backbones
         cells = declared_cells(cfg)
         assert cells and not [c for c in cells if c.system == spec.name or c.notebook == "08_cpu_study"], profile
-    added = config.load("paper", systems=[*PAPER_SYSTEMS, spec.name], size_backbones=["qwen2.5-coder-1.5b"])
+    added = config.load("paper", systems=[*PAPER_SYSTEMS, spec.name], size_backbones=["qwen2.5-coder-1.5b"],
+                        evaluation_rule="heldout30")
     assert {c.system for c in declared_cells(added) if c.notebook == "01_prediction"} >= {spec.name}
+    # its label anchor is the user's training days: a rule that scores every day (the paper profile's) is refused
+    with pytest.raises(config.ConfigError, match="needs evaluation_rule 'heldout30'"):
+        config.load("paper", systems=[*PAPER_SYSTEMS, spec.name])
     with pytest.raises(config.ConfigError, match="look-back sweep"):
         config.load("demo", horizon_systems=["healthllm", spec.name])
 

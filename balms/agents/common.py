@@ -135,5 +135,5 @@ def build_record(*, system: str, cot: bool, sample: Sample, tables: DatasetTable
     )
 
 
-def parse_for(tables: DatasetTables, text: str) -> ParsedAnswer:
-    return parse_answer(text, tables.target.scale_min, tables.target.scale_max)
+def parse_for(tables: DatasetTables, text: str, *, score_sentence: bool = False) -> ParsedAnswer:
+    return parse_answer(text, tables.target.scale_min, tables.target.scale_max, score_sentence=score_sentence)

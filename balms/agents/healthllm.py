@@ -35,10 +35,19 @@ class PromptAgentBase:
     style: str = styles.DEFAULT_STYLE  # "paper" (Appendix D template and recipe) or "corrected"
     force_answer: bool = True  # CoT cut off by max_tokens -> ask for the answer alone (see prompts.FORCE_ANSWER)
     force_missing: bool = True  # with force_answer: also a CoT reply that finished without an answer statement
+    # paper style with CoT: "paper" = the paper's printed answer sentence ("The user's stress score is 3."),
+    # "answer_line" = our earlier `Reasoning:` then `Answer:` (the CPU study's committed responses)
+    cot_format: str = "paper"
     name: str = field(default="", init=False)
 
     def _check(self) -> None:
         styles.check_style(self.style)
+        paper_prompts.check_cot_format(self.cot_format)
+
+    @property
+    def score_sentence(self) -> bool:
+        """Whether this agent's prompt asked for the paper's CoT answer sentence (so the parser accepts it)."""
+        return self.cot and self.style == "paper" and self.cot_format == "paper"
 
     @property
     def system_prompt(self) -> str:
@@ -61,6 +70,7 @@ class PromptAgentBase:
             "prompt_version": prompts.prompt_version(self.style),
             **({"force_answer": True} if self.force_answer and self.cot else {}),
             **({"force_missing": True} if self.force_answer and self.force_missing and self.cot else {}),
+            **({"cot_format": self.cot_format} if self.cot and self.style == "paper" else {}),
         }
 
     @staticmethod
@@ -82,7 +92,7 @@ class PromptAgentBase:
         """The final answering call shared by the prompt-based agents."""
         msgs = prompts.messages(self.system_prompt, user_prompt)
         comp = episode.call(msgs, self.params(sample, self.answer_max_tokens))
-        parsed = parse_for(tables, comp.text)
+        parsed = parse_for(tables, comp.text, score_sentence=self.score_sentence)
         cut = comp.finish_reason == "length"
         missing = self.force_missing and parsed.error == NO_ANSWER
         if self.force_answer and self.cot and parsed.value is None and (cut or missing):
@@ -95,7 +105,8 @@ class PromptAgentBase:
                                   reason="length" if cut else "no_answer")
             return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables, backend=backend,
                                 episode=episode, options=options, raw_answer=forced.text,
-                                parsed=parse_for(tables, forced.text), rationale=comp.text)
+                                parsed=parse_for(tables, forced.text, score_sentence=self.score_sentence),
+                                rationale=comp.text)
         return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables,
                             backend=backend, episode=episode, options=options,
                             raw_answer=comp.text, parsed=parsed)
@@ -113,7 +124,7 @@ class HealthLLMAgent(PromptAgentBase):
     def _user_prompt(self, window: Window, chans: list | None) -> str:
         if self.style == "paper":
             return paper_prompts.healthllm_prompt(window, chans if chans is not None else window.channels,
-                                                  cot=self.cot)
+                                                  cot=self.cot, cot_format=self.cot_format)
         return prompts.healthllm_prompt(window, cot=self.cot)
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:

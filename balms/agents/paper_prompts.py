@@ -4,8 +4,10 @@ Blocks, in the order the paper prints them: a one-line purpose; "Task instructio
 agent and the target's range AS PRINTED); "User profile." (age, gender, height, maximum heart rate);
 "Sensor signals (look-back window)." with one `[Name]: [v1, ..., vN] unit` line per channel, oldest day
 first, NaN for missing, no dates; the same-day self-report (`[Mood]: 3 out of 5`); "Question.";
-"Output format." with its `Answer: 1` example. The CoT variant only puts a `Reasoning:` paragraph before
-that answer line: it prescribes no operations. Zero-shot and CoT share everything else.
+"Output format." with its `Answer: 1` example. The CoT variant (`cot_format`) prescribes no operations:
+`paper` (default) asks for the answer as the paper's CoT template prints it, a `Reasoning:` paragraph and then
+the sentence "The user's stress score is 3."; `answer_line` (our earlier reconstruction, kept for the CPU study's
+committed responses) a `Reasoning:` paragraph and then `Answer: 1`. Zero-shot and CoT share everything else.
 
 The paper prints this for PMData only. What is extrapolated here, and why:
 - PMData range: "0 to 5" as printed (stress is 1-5 in the data; the corrected style states 1-5). Other
@@ -99,21 +101,40 @@ def question_block(window: Window) -> list[str]:
     return ["Question.", f"What would be the predicted {paper_target(window).question}?"]
 
 
-def output_block(cot: bool) -> list[str]:
+COT_FORMATS = ("paper", "answer_line")
+# the paper's CoT answer sentence and the value its example prints ("The user's stress score is 3.")
+PAPER_COT_EXAMPLE_VALUE = 3
+
+
+def check_cot_format(cot_format: str) -> None:
+    if cot_format not in COT_FORMATS:
+        raise ValueError(f"unknown cot_format {cot_format!r}; expected one of {COT_FORMATS}")
+
+
+def score_sentence(window: Window, value: int | str) -> str:
+    """The paper's CoT answer sentence for this window's target ("The user's stress score is 3.")."""
+    return f"The user's {paper_target(window).question} score is {value}."
+
+
+def output_block(cot: bool, window: Window | None = None, cot_format: str = "paper") -> list[str]:
+    check_cot_format(cot_format)
     lines = ["Output format.", "For example, the answer should be in the following format:"]
-    if cot:
-        lines.append("Reasoning: <your reasoning in one paragraph>")
-    lines.append("Answer: 1")
-    return lines
+    if not cot:
+        return [*lines, "Answer: 1"]
+    lines.append("Reasoning: <your reasoning in one paragraph>")
+    if cot_format == "answer_line" or window is None:
+        return [*lines, "Answer: 1"]
+    return [*lines, score_sentence(window, PAPER_COT_EXAMPLE_VALUE)]
 
 
-def prompt_around(window: Window, chans: list[Channel], lines: list[str], *, cot: bool) -> str:
+def prompt_around(window: Window, chans: list[Channel], lines: list[str], *, cot: bool,
+                  cot_format: str = "paper") -> str:
     """The template around a prompt's data lines (`balms.data.agent_input.input_lines`: profile, sensor lines,
     same-day self-report): purpose, task instruction, then the lines, question and output format."""
     return "\n".join([purpose_line(window, chans), *task_block(window), *lines, *question_block(window),
-                      *output_block(cot)])
+                      *output_block(cot, window, cot_format)])
 
 
-def healthllm_prompt(window: Window, chans: list[Channel], *, cot: bool) -> str:
+def healthllm_prompt(window: Window, chans: list[Channel], *, cot: bool, cot_format: str = "paper") -> str:
     """Appendix D's Health-LLM prompt for one window."""
-    return prompt_around(window, chans, input_lines(window, {"style": "paper"}), cot=cot)
+    return prompt_around(window, chans, input_lines(window, {"style": "paper"}), cot=cot, cot_format=cot_format)

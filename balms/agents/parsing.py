@@ -29,6 +29,16 @@ _PATTERN = re.compile(
 )
 
 
+# The paper's CoT answer sentence (Appendix D, "Health-LLM Prompt Template with Reasoning": "The user's stress
+# score is 3."); accepted only where the prompt asked for it (`score_sentence=True`), so no other reply parses
+# differently.
+_SCORE_SENTENCE = re.compile(
+    r"(?P<head>user(?:'|’)?s?\s+[\w\- ]{0,40}?score)\s+(?:is|would\s+be|will\s+be)\s*[*_`\"']*\s*" + _NUM
+    + r"(?P<tail>[ \t]*(?:/[ \t]*\d+|out\s+of\s+\d+|(?:-|–|to)[ \t]*\d+)?)",
+    re.IGNORECASE,
+)
+
+
 NO_ANSWER = "no 'Answer: <int>' found"  # the parse error of a text with no answer statement at all
 
 
@@ -54,10 +64,13 @@ def _rationale_before(text: str, start: int) -> str:
     return text[:cut].strip()
 
 
-def parse_answer(text: str | None, scale_min: int, scale_max: int) -> ParsedAnswer:
-    """Parse the LAST answer statement in `text`; range-check it against [scale_min, scale_max]."""
+def parse_answer(text: str | None, scale_min: int, scale_max: int, *, score_sentence: bool = False) -> ParsedAnswer:
+    """Parse the LAST answer statement in `text`; range-check it against [scale_min, scale_max].
+    `score_sentence`: also accept the paper's CoT sentence "The user's <target> score is N"."""
     text = text or ""
     matches = list(_PATTERN.finditer(text))
+    if score_sentence:
+        matches = sorted([*matches, *_SCORE_SENTENCE.finditer(text)], key=lambda m: m.start())
     if not matches:
         return ParsedAnswer(None, NO_ANSWER, text.strip())
     m = matches[-1]

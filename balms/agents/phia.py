@@ -7,11 +7,15 @@ Loop (at most `max_iters` model calls, then one forced-finish call):
   "[Observe]" so the model cannot invent its own observations, and anything written after the first
   code block is cut before it enters the conversation.
 
-Data: the user's full record up to `window_end` (the day before the target day) as DataFrames named as in
-the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and, when the dataset has
-sub-day rows, `subday_df` (one row per segment: `date`, `segment` and the sub-day channels), which the
-model has to aggregate per day itself (what the F5 failure checks). Never any label or self-report column,
-never a date after window_end. Each record's options say the frames' names, spans and columns (`frames`).
+Data: the user's full record up to `window_end` (the day before the target day; Appendix A: "initialized with the
+user's full longitudinal record"), or with `frame_span="lookback"` only the look-back window (Appendix D's trace:
+`subday_df` of 56 rows = 14 days x 4 GLOBEM segments; the paper contradicts itself, both are options), as DataFrames
+named as in the paper's trace: `daily_df` (one row per day: `date` and the selected channels) and, when the dataset
+has sub-day rows, `subday_df` (one row per segment: `date`, `segment` and the sub-day channels), which the model has
+to aggregate per day itself (what the F5 failure checks). Never any label or self-report column, never a date after
+window_end. Each record's options say the frames' names, spans and columns (`frames`).
+Sleep (PMData): the corrected recipe by default; `sleep_recipe="paper"` gives the frames the paper's recipe, the
+one the Health-LLM, RAG and RAPTOR prompts read (the paper's "identical input windows").
 
 Executors (balms.sandbox): "faithful" reproduces the original (fresh scope per block, only
 printed output, "Code executed (no output)"); "improved" keeps state in one worker per episode, shows
@@ -33,6 +37,8 @@ from balms.agents.common import Episode, build_record, parse_for, per_sample_see
 from balms.agents.parsing import NO_ANSWER
 from balms.data.channels import (  # noqa: F401 (DAILY_FRAME, SUBDAY_FRAME: re-exported, the frames' names)
     DAILY_FRAME,
+    FRAME_SPANS,
+    SLEEP_RECIPES,
     SUBDAY_FRAME,
     agent_view,
     channels_option,
@@ -82,11 +88,17 @@ class PhiaAgent:
     # ours: a forced finish without a parseable answer is asked once more for the answer alone (as a CoT reply
     # without an answer line is, prompts.FORCE_ANSWER_MISSING); the transcript labels it a "forced_answer" step
     force_answer: bool = True
+    frame_span: str = "record"  # "record" (Appendix A) or "lookback" (Appendix D's trace); see the module doc
+    sleep_recipe: str = "corrected"  # PMData sleep in the frames: "corrected" or "paper" (the prompts' recipe)
     name: str = field(default="phia", init=False)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        if self.frame_span not in FRAME_SPANS:
+            raise ValueError(f"frame_span must be one of {FRAME_SPANS}, got {self.frame_span!r}")
+        if self.sleep_recipe not in SLEEP_RECIPES:
+            raise ValueError(f"sleep_recipe must be one of {SLEEP_RECIPES}, got {self.sleep_recipe!r}")
         prompts.check_primer(self.primer)
         if int(self.max_iters) < 1:
             raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
@@ -104,7 +116,10 @@ class PhiaAgent:
                 # our additions, recorded only when used (a record without them ran the plain prompt and stops)
                 **({"primer": self.primer} if self.primer != "none" else {}),
                 **({"fence_stop": True} if self.fence_stop else {}),
-                **({"force_answer": True} if self.force_answer else {})}
+                **({"force_answer": True} if self.force_answer else {}),
+                # the paper-inconsistent choices, recorded only when not the default (records before them ran it)
+                **({"frame_span": self.frame_span} if self.frame_span != "record" else {}),
+                **({"sleep_recipe": self.sleep_recipe} if self.sleep_recipe != "corrected" else {})}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
         from balms.sandbox import SandboxLimits
 
@@ -119,11 +134,11 @@ class PhiaAgent:
         return "all" if self.channels is None else self.channels
 
     def _setup(self, sample: Sample, tables: DatasetTables):
-        # every daily channel, with the corrected recipe only (PMData's sleep_minutes_paper duplicate is left out
-        # unless named)
-        chans = prompt_channels(tables, self.effective_channels, "corrected")
+        # every daily channel, with one sleep recipe (PMData: sleep_minutes, or sleep_minutes_paper with
+        # sleep_recipe="paper"; the other is left out unless named)
+        chans = prompt_channels(tables, self.effective_channels, self.sleep_recipe)
         window = get_window(tables, sample, context=self.context, channels=chans)
-        frames = user_frames(tables, window, chans)
+        frames = user_frames(tables, window, chans, self.frame_span)
         schema = None
         if self.executor == "improved":
             from balms.sandbox import schema_card
@@ -140,7 +155,7 @@ class PhiaAgent:
         return window, frames, [Message("system", system), Message("user", user)]
 
     def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
-        """The window as this agent was given it: its daily frame's span (the full record to window_end)."""
+        """The window as this agent was given it: its daily frame's span (the full record, or the look-back)."""
         window, frames, _ = self._setup(sample, tables)
         return agent_view(tables, window, {**self.options(), "frames": frames_option(frames, window.subday_unit)})
 

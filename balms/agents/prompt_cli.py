@@ -66,6 +66,19 @@ def _sample(tables, user: str, target: dt.date, lookback: int):
                   source=tables.source), note
 
 
+def context_window_defaults() -> str:
+    """The agents' own `context_window` defaults, as the help prints them (read from the classes, not restated)."""
+    import dataclasses
+
+    from balms.agents.rag import RAGAgent
+    from balms.agents.raptor import RaptorAgent
+
+    def default(cls) -> str:
+        return "yes" if next(f for f in dataclasses.fields(cls) if f.name == "context_window").default else "no"
+
+    return f"rag {default(RAGAgent)}, raptor {default(RaptorAgent)}"
+
+
 def _run(args) -> int:
     from balms.agents.registry import get_system, make_agent
 
@@ -152,7 +165,7 @@ def register(subparsers) -> None:
                    help="channel names, a device (wearable, phone) or all (default: the style's set)")
     p.add_argument("--no-context", action="store_true", help="leave out the same-day self-report")
     p.add_argument("--context-window", choices=("yes", "no"), default=None,
-                   help="rag/raptor: also show the whole query window (default: rag no, raptor yes)")
+                   help=f"rag/raptor: also show the whole query window (default: {context_window_defaults()})")
     p.add_argument("--raw", default=None, help="raw dataset folder (default: BALMS_RAW_DIR, ../shared/data, "
                                                 "else the synthetic cohort)")
     p.add_argument("--model", default=None, help="raptor only: backend for the day summaries")

@@ -92,13 +92,14 @@ def retrieve_days(tables: DatasetTables, window: Window, *, k: int, scope: str,
 
 
 def rag_prompt(tables: DatasetTables, window: Window, chans, got: dict, *, style: str, cot: bool,
-               context_window: bool) -> str:
+               context_window: bool, cot_format: str = "paper") -> str:
     """The answering prompt from a retrieval result (`retrieve_days`): the prompt's data lines are rendered from the
     view the record will describe (`agent_view`, `agent_input.input_lines`), exactly as the judge renders them."""
     opts = {"style": style, "context_window": bool(context_window), **RAGAgent.view_options(got)}
     lines = input_lines(agent_view(tables, window, opts), opts)
     if style == "paper":
-        return paper_prompts.prompt_around(window, chans if chans is not None else window.channels, lines, cot=cot)
+        return paper_prompts.prompt_around(window, chans if chans is not None else window.channels, lines, cot=cot,
+                                           cot_format=cot_format)
     return prompts.prompt_around(window, lines, cot=cot)
 
 
@@ -138,7 +139,7 @@ class RAGAgent(PromptAgentBase):
             episode.log("retrieval", "\n".join(got["texts"]), query=got["query"], dates=got["dates"],
                         scores=got["scores"], n_candidates=got["n_candidates"])
         return rag_prompt(tables, window, chans, got, style=self.style, cot=self.cot,
-                          context_window=self.context_window), chans, got
+                          context_window=self.context_window, cot_format=self.cot_format), chans, got
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)

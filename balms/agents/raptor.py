@@ -226,7 +226,7 @@ class RaptorAgent(PromptAgentBase):
         lines = input_lines(agent_view(tables, window, opts), opts)
         if self.style == "paper":
             return paper_prompts.prompt_around(window, chans if chans is not None else window.channels, lines,
-                                               cot=self.cot)
+                                               cot=self.cot, cot_format=self.cot_format)
         return prompts.prompt_around(window, lines, cot=self.cot)
 
     def _prompt(self, sample: Sample, tables: DatasetTables, backend: Backend | None,

@@ -63,7 +63,8 @@ class SystemSpec:
 
 
 # the prompt systems: template style and the CoT forced answer (ours; the agents apply it to CoT cells only)
-_PROMPT_FIELDS = {"style": "prompt_style", "force_answer": "cot_force_answer", "force_missing": "cot_force_missing"}
+_PROMPT_FIELDS = {"style": "prompt_style", "force_answer": "cot_force_answer", "force_missing": "cot_force_missing",
+                  "cot_format": "cot_format"}
 _PROMPT = dict(prompt_styles=("paper", "corrected"))
 _BUILTIN = (
     SystemSpec("healthllm", HealthLLMAgent, "Health-LLM", "one prompt with the look-back window (Kim et al. 2024)",
@@ -76,7 +77,8 @@ _BUILTIN = (
     SystemSpec("phia", PhiaAgent, "PHIA", "ReAct loop writing pandas code over the user's record in a sandbox",
                cost="phia", budget_role="phia_step", fixed_options={"executor": "faithful"},
                config_fields={"max_iters": "phia_max_iters", "primer": "phia_primer", "fence_stop": "phia_fence_stop",
-                              "force_answer": "phia_force_answer"}),
+                              "force_answer": "phia_force_answer", "frame_span": "phia_frame_span",
+                              "sleep_recipe": "phia_sleep_recipe"}),
     # ours (issue 26): the paper's lesson as a system; runs only where a profile or parameter names it
     SystemSpec("personal_baseline", PersonalBaselineAgent, "Personal baseline",
                "one prompt with the user's training-day label anchor and the window as deviations from the user's "

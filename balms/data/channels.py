@@ -163,15 +163,24 @@ def recipe_of(chans: list[Channel] | None, tables: DatasetTables) -> str:
 DAILY_FRAME, SUBDAY_FRAME = "daily_df", "subday_df"  # the paper's trace names
 
 
-def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None) -> dict[str, pd.DataFrame]:
-    """The DataFrames PHIA sees: sensing channels only, dates <= window_end, no labels, no context."""
+FRAME_SPANS = ("record", "lookback")  # PHIA's frames: the user's record up to window_end, or the look-back only
+SLEEP_RECIPES = ("corrected", "paper")  # PMData sleep in PHIA's frames
+
+
+def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | None,
+                span: str = "record") -> dict[str, pd.DataFrame]:
+    """The DataFrames PHIA sees: sensing channels only, dates <= window_end (and >= window_start with
+    span="lookback"), no labels, no context."""
+    if span not in FRAME_SPANS:
+        raise ValueError(f"frame_span must be one of {FRAME_SPANS}, got {span!r}")
     s = window.sample
     end = pd.Timestamp(s.window_end)
+    start = pd.Timestamp(s.window_start) if span == "lookback" else pd.Timestamp.min
     if s.user not in tables.daily.index.get_level_values("user"):
         raise ValueError(f"{tables.name}: user {s.user!r} has no daily rows")
     daily = tables.daily.xs(s.user, level="user").copy()
     daily.index = pd.DatetimeIndex(daily.index).normalize()
-    daily = daily[daily.index <= end].sort_index()
+    daily = daily[(daily.index >= start) & (daily.index <= end)].sort_index()
     cols = [c.name for c in window.channels if c.name in daily.columns]
     daily = daily[cols]
     daily.index.name = "date"
@@ -180,7 +189,7 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
     if sd is not None and len(sd):
         sd = sd[sd["user"] == s.user].copy()
         sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
-        sd = sd[sd["date"] <= end]
+        sd = sd[(sd["date"] >= start) & (sd["date"] <= end)]
         sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]
         if len(sd) and sub_cols:
             frames[SUBDAY_FRAME] = (sd.sort_values(["date", "slot_index"])[["date", "slot", *sub_cols]]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from balms import paths
 from balms.data.baselines import run_baselines
+from balms.data.evaluation import EVALUATION_RULE_TEXT, EVALUATION_RULES, TEST_FRAC, evaluate, mean_predictor_mae
 from balms.data.loading import load_dataset, load_from_dir
 from balms.data.registry import DATASETS, dataset_names, get_dataset
 from balms.data.samples import (
@@ -31,17 +32,40 @@ PAPER = {n: (get_dataset(n).paper_n_samples, get_dataset(n).paper_mean_predictor
 
 # The evaluation rule, one statement used by the README, notebook 00 and the cohorts (balms.experiments.cohorts).
 EVALUATION_RULE = (
-    "Samples are built with the sample rule {rule!r} ({rule_text}). Within each user, a seeded random "
-    f"{TEST_FRAC:.0%} of the target days is held out (balms.data.samples.split_target_days). Every system and the "
-    "mean predictor are scored on held-out days only; the mean predictor predicts the unrounded mean label of "
-    "the remaining (training) days. A profile with n_samples = 0 evaluates every held-out day; n_samples = k "
-    "evaluates a seeded subset of k of them."
+    "Samples are built with the sample rule {rule!r} ({rule_text}). Evaluation rule {evaluation!r} "
+    "(balms.data.evaluation): {evaluation_text}. Every system and the mean predictor are scored on the same "
+    "samples. A profile with n_samples = 0 evaluates every scored day; n_samples = k evaluates a seeded subset of "
+    "k of them, the same for every system and backbone."
 )
+# Table 7's PHIA window counts ("across all held-out windows"), printed beside the evaluation rules' counts
+PAPER_TABLE7_N = {"pmdata": 1463, "globem": 1640, "diversityone": 761}
 
 
-def evaluation_rule(rule: str = DEFAULT_RULE) -> str:
+def evaluation_statement(rule: str = DEFAULT_RULE, evaluation: str = "heldout30") -> str:
     """The evaluation rule as one paragraph (the same text in the README and notebook 00)."""
-    return EVALUATION_RULE.format(rule=rule, rule_text=SAMPLE_RULE_TEXT[rule])
+    return EVALUATION_RULE.format(rule=rule, rule_text=SAMPLE_RULE_TEXT[rule], evaluation=evaluation,
+                                  evaluation_text=EVALUATION_RULE_TEXT[evaluation])
+
+
+def evaluation_rule_table(tables_by_dataset: dict, *, seed: int = 0, sample_rules=None,
+                          evaluation_rules=None) -> pd.DataFrame:
+    """One row per (dataset, sample rule, evaluation rule): samples, scored samples, the mean predictor's MAE on
+    them (unrounded and rounded), and the paper's counts beside (Table 5's samples, Table 7's PHIA windows, the
+    mean predictor of Table 3). `tables_by_dataset` maps dataset -> loaded tables."""
+    rows = []
+    for d, tables in tables_by_dataset.items():
+        paper_n, paper_mae = PAPER.get(d, (None, None))
+        for rule in sample_rules or SAMPLE_RULES:
+            ss = build_samples(tables, rule=rule)
+            for ev_rule in evaluation_rules or EVALUATION_RULES:
+                ev = evaluate(ss, ev_rule, seed=seed)
+                rows.append({"dataset": d, "source": tables.source, "sample_rule": rule, "evaluation_rule": ev_rule,
+                             "users": len({s.user for s in ss}), "n_samples": len(ss), "n_scored": len(ev.test),
+                             "mean_predictor_mae": round(mean_predictor_mae(ev), 4),
+                             "mean_predictor_mae_rounded": round(mean_predictor_mae(ev, rounded=True), 4),
+                             "paper_table5_n": paper_n, "paper_table7_n": PAPER_TABLE7_N.get(d),
+                             "paper_mean_predictor_mae": paper_mae})
+    return pd.DataFrame(rows)
 
 
 def summarise(tables, samples, *, seed: int = 0) -> dict:
@@ -125,7 +149,7 @@ _PAPER_NAMES = {n: get_dataset(n).display_name for n in dataset_names()}
 
 
 def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
-    """Table 5 (evaluation sets): the paper's rows beside our counts, one row per summarised dataset.
+    """Table 5 (evaluation sets): every row of the paper's table, our counts beside where summarised.
 
     `summaries` maps dataset name -> `dataset_summary(...)` dict. Lives in the library (not the notebook) so an
     installed package can rebuild it; the paper's numbers come from the packaged `paper_tables`.
@@ -145,7 +169,10 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
                          for d, s in summaries.items()],
                         columns=["dataset_key", "source", "ours_users", "ours_n_samples", "ours_n_test",
                                  "ours_mean_predictor_mae"])
-    t5 = paper5.merge(ours, on="dataset_key", how="right").rename(columns={"n_samples": "paper_n_samples"})
+    # every paper row (Table 5 lists all three datasets), ours beside where summarised
+    t5 = paper5.merge(ours, on="dataset_key", how="left").rename(columns={"n_samples": "paper_n_samples"})
+    for c in ("ours_users", "ours_n_samples", "ours_n_test"):
+        t5[c] = t5[c].astype("Int64")
     mae = paper_table("table3_zero_shot_mae").iloc[0]
     t5["paper_mean_predictor_mae"] = t5["dataset"].map(
         {name: mae[f"{key}_mae"] for key, name in _PAPER_NAMES.items()})

@@ -33,19 +33,20 @@ from balms.experiments.grid import (
                                     run_grid,
 )
 from balms.experiments.judging import (
-    aggregate_judgements,
-    ground_grid,
-    judge_case_study,
-    judge_grid,
-    judge_vs_grounding,
+                                    aggregate_judgements,
+                                    ground_grid,
+                                    judge_case_study,
+                                    judge_grid,
+                                    judge_vs_grounding,
 )
 from balms.experiments.summaries import (
-    CELL_KEYS,
-    PAPER_JUDGE_DATASETS,
-    PAPER_JUDGE_SYSTEMS,
-    PAPER_SYSTEM_NAMES,
-    summarize,
-    table3_paper_vs_ours,
+                                    CELL_KEYS,
+                                    PAPER_JUDGE_DATASETS,
+                                    PAPER_JUDGE_SYSTEMS,
+                                    PAPER_SYSTEM_NAMES,
+                                    paper_mean_predictor,
+                                    summarize,
+                                    table3_paper_vs_ours,
 )
 
 __all__ = ["Cell", "CellDecl", "cells_for", "channel_sets", "declared_cells", "run_cells", "run_declared",
@@ -54,7 +55,7 @@ __all__ = ["Cell", "CellDecl", "cells_for", "channel_sets", "declared_cells", "r
            "from_notebook", "grid_result", "ground_grid", "horizon_grid", "judge_case_study", "judge_grid",
            "judge_vs_grounding", "load", "make_cell",
            "mean_predictor_rows", "models_run", "phia_executor_grid", "run_cell", "run_cell_spec", "run_grid",
-           "summarize", "table3_paper_vs_ours", "with_lookback"]
+           "paper_mean_predictor", "summarize", "table3_paper_vs_ours", "with_lookback"]
 
 # In a Jupyter kernel without ipywidgets, tqdm.auto (imported later by sentence-transformers) warns "IProgress not
 # found" once per notebook and falls back to the text bar, which is the one `make paper` shows anyway: noise.

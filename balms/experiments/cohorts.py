@@ -1,7 +1,8 @@
-"""Cohorts: a dataset's tables, its samples and the seeded target-day split, loaded once per process.
+"""Cohorts: a dataset's tables, its samples and the evaluation rule's scored samples, loaded once per process.
 
-The evaluation samples are a seeded subset of the held-out target days, identical for every system and
-backbone; the mean predictor is the training days' average label on those same samples.
+The evaluation samples are a seeded subset of the scored target days (`ExperimentConfig.evaluation_rule`,
+balms.data.evaluation), identical for every system and backbone; the mean predictor is the rule's (the training
+days' mean, or a leave-one-out mean) on those same samples.
 """
 
 from __future__ import annotations
@@ -15,27 +16,53 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from balms.data.evaluation import Evaluation, evaluate
 from balms.data.schema import DatasetTables, Sample
 from balms.experiments.config import ExperimentConfig
 
 
 @dataclass
 class Cohort:
-    """A dataset's tables, all its samples, and the seeded target-day split."""
+    """A dataset's tables, all its samples, and the evaluation rule's training pool and scored samples."""
 
     dataset: str
     tables: DatasetTables
     sampleset: object  # balms.data.samples.SampleSet
-    train: list[Sample]
-    test: list[Sample]
+    evaluation: Evaluation
+
+    @property
+    def train(self) -> list[Sample]:
+        return self.evaluation.train
+
+    @property
+    def test(self) -> list[Sample]:
+        return self.evaluation.test
+
+    @property
+    def mean_prediction(self) -> dict[str, float]:
+        """The mean predictor's prediction per scored sample id (a constant under `heldout30`)."""
+        return self.evaluation.mean_prediction
 
     @property
     def source(self) -> str:
         return self.tables.source
 
+    def mean_for(self, sample_ids) -> dict[str, float]:
+        """The mean predictor's prediction for each given sample id, at any look-back (the same target day has
+        the same prediction whatever its window length: notebook 03's sweep scores the same days)."""
+        by_target = {k.rsplit("/L", 1)[0]: v for k, v in self.mean_prediction.items()}
+        out = {}
+        for sid in sample_ids:
+            key = str(sid).rsplit("/L", 1)[0]
+            if key not in by_target:
+                raise KeyError(f"{self.dataset}: sample {sid!r} is not scored under evaluation rule "
+                               f"{self.evaluation.rule!r}")
+            out[sid] = by_target[key]
+        return out
+
     @property
     def train_mean(self) -> float:
-        return float(np.mean([s.label for s in self.train]))
+        return self.evaluation.train_mean
 
     @property
     def fingerprint(self) -> str:
@@ -63,18 +90,18 @@ def sample_order(n_pool: int, base: int, seed: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def _cohort(dataset: str, lookback: int | None, raw_root: str | None, seed: int) -> Cohort:
+def _cohort(dataset: str, lookback: int | None, raw_root: str | None, seed: int, rule: str) -> Cohort:
     from balms.data.loading import load_dataset
-    from balms.data.samples import target_day_split
+    from balms.data.samples import build_samples
 
     tables = load_dataset(dataset, Path(raw_root) if raw_root else None)
-    ss, train, test = target_day_split(tables, lookback=lookback, seed=seed)
-    return Cohort(dataset, tables, ss, list(train), list(test))
+    ss = build_samples(tables, lookback=lookback)
+    return Cohort(dataset, tables, ss, evaluate(ss, rule, seed=seed))
 
 
 def cohort(dataset: str, cfg: ExperimentConfig | None = None, lookback: int | None = None) -> Cohort:
     cfg = cfg or ExperimentConfig()
-    return _cohort(dataset, lookback, cfg.raw_root, cfg.seed)
+    return _cohort(dataset, lookback, cfg.raw_root, cfg.seed, cfg.evaluation_rule)
 
 
 def with_lookback(sample: Sample, lookback: int) -> Sample:
@@ -84,14 +111,15 @@ def with_lookback(sample: Sample, lookback: int) -> Sample:
 
 
 def mean_predictor_rows(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:
-    """The paper's reference baseline on the same evaluation samples: train-set mean, raw and rounded."""
+    """The paper's reference baseline on the same evaluation samples (the evaluation rule's mean), raw and rounded."""
     out = []
     for d in datasets or cfg.datasets:
         co = cohort(d, cfg)
         ev = co.eval_samples(cfg.n_for(d), cfg.seed, cfg.n_samples)
         y = np.array([s.label for s in ev], dtype=float)
-        m = co.train_mean
-        out.append({"dataset": d, "source": co.source, "n": len(ev), "train_mean": m,
+        m = np.array([co.mean_prediction[s.sample_id] for s in ev], dtype=float)
+        out.append({"dataset": d, "source": co.source, "n": len(ev), "train_mean": co.train_mean,
+                    "evaluation_rule": co.evaluation.rule,
                     "mae_raw_mean": float(np.abs(y - m).mean()) if len(y) else np.nan,
-                    "mae_rounded_mean": float(np.abs(y - round(m)).mean()) if len(y) else np.nan})
+                    "mae_rounded_mean": float(np.abs(y - np.round(m)).mean()) if len(y) else np.nan})
     return pd.DataFrame(out)

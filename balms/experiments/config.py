@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from balms import paths
 from balms.agents.registry import PAPER_SYSTEMS, get_system, system_names
@@ -51,7 +51,14 @@ class ExperimentConfig(BaseModel):
     # the first n of a larger cell's samples, so cells of one dataset compare paired on their common samples.
     n_samples_by: dict[str, int] = {}
     seed: int = 0
+    # which samples are scored and what the mean predictor predicts (balms.data.evaluation.EVALUATION_RULES):
+    # "heldout30" = ours, a seeded 30% of each user's days; "all_days_loo" = the paper's as derived from its counts
+    # (every sample scored, the mean predictor a leave-one-out mean); the paper profile sets it
+    evaluation_rule: str = "heldout30"
     prompt_style: Literal["paper", "corrected"] = "paper"  # Health-LLM/RAG/RAPTOR template (see README)
+    # the paper style's CoT answer format (balms.agents.paper_prompts.COT_FORMATS): "paper" = the paper's printed
+    # "Reasoning: ..." then "The user's stress score is 3."; "answer_line" = our earlier "Reasoning:" then "Answer:"
+    cot_format: Literal["paper", "answer_line"] = "paper"
     # decoding budgets
     zs_max_tokens: int = 16
     cot_max_tokens: int = 256
@@ -72,6 +79,11 @@ class ExperimentConfig(BaseModel):
     # contract; with code_first+stop in 6 of 6 (its own code; the "example" primer's blocks were mostly the example's)
     phia_primer: Literal["none", "code_first", "example"] = "code_first"
     phia_fence_stop: bool = True  # ours: a PHIA step's generation ends at its first closing code fence
+    # where the paper contradicts itself (balms.agents.phia): PHIA's frames hold the user's full record (Appendix A)
+    # or the look-back window (Appendix D's trace, 56 = 14 x 4 GLOBEM rows); its PMData sleep column follows the
+    # corrected recipe or the paper's, which the other systems' prompts read ("identical input windows", 3.3)
+    phia_frame_span: Literal["record", "lookback"] = "record"
+    phia_sleep_recipe: Literal["corrected", "paper"] = "corrected"
     # reasoning models (registry is_reasoning, e.g. DeepSeek-R1-Distill): the <think> trace comes out of the same
     # max_tokens, so they get their own budgets (balms.models.budgets.budget_for)
     reasoning_zs_max_tokens: int = 2048
@@ -157,6 +169,25 @@ class ExperimentConfig(BaseModel):
             raise ValueError("personal_baseline cannot run in the look-back sweep: the sweep draws its target days "
                              "from another split (the longest look-back's), which its baselines do not follow")
         return v
+
+    @field_validator("evaluation_rule")
+    @classmethod
+    def _known_evaluation_rule(cls, v: str) -> str:
+        from balms.data.evaluation import EVALUATION_RULES
+
+        if v not in EVALUATION_RULES:
+            raise ValueError(f"unknown evaluation rule {v!r}; known: {sorted(EVALUATION_RULES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _personal_baseline_needs_held_out_days(self) -> ExperimentConfig:
+        # its label anchor is the mean of the user's training-day labels (balms.data.samples.target_day_split, the
+        # heldout30 split); under a rule that scores every day those labels are scored too: refuse, never leak
+        named = {*self.systems, *self.ablation_systems, *self.judge_systems, *(self.cot_systems or [])}
+        if "personal_baseline" in named and self.evaluation_rule != "heldout30":
+            raise ValueError(f"personal_baseline needs evaluation_rule 'heldout30' (its baselines are the user's "
+                             f"training days, which rule {self.evaluation_rule!r} also scores)")
+        return self
 
     @field_validator("lookback")
     @classmethod

@@ -172,7 +172,7 @@ def claims_table(cfg: ExperimentConfig, zs: pd.DataFrame, cot: pd.DataFrame, hor
         if not get_system(s).paper:  # the paper's claim is about its systems; ours has its own rows
             continue
         rows.append(_row("mean_predictor", f"{d} {s} zero-shot - mean predictor", "higher",
-                         _paired(g, cohort(d, cfg).train_mean), dataset=d, system=s, model=m))
+                         _paired(g, cohort(d, cfg).mean_for(g["sample_id"])), dataset=d, system=s, model=m))
     for (d, s, m), g in cot.groupby(["dataset", "system", "model"], sort=False):
         base = zs[(zs.dataset == d) & (zs.system == s) & (zs.model == m)]
         if len(base):
@@ -214,7 +214,7 @@ def power_table(cfg: ExperimentConfig, records: pd.DataFrame, dataset: str, ns=(
         if n <= ran:
             ids = {s.sample_id for s in co.eval_samples(n, cfg.seed, cfg.n_samples)}
             sub = records[records.sample_id.isin(ids)]
-            p = _paired(sub, co.train_mean)
+            p = _paired(sub, co.mean_for(sub["sample_id"]))
             rows.append({"n": n, "n_scored": p["n"], "width": p["ci_high"] - p["ci_low"], "kind": "measured"})
     measured = pd.DataFrame(rows)
     top = measured.iloc[-1]

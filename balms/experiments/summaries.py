@@ -34,7 +34,7 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
         kw = {}
         if cfg is not None and "dataset" in row:
             co = cohort(row["dataset"], cfg)
-            kw = {"mean_prediction": co.train_mean,
+            kw = {"mean_prediction": co.mean_for(g["sample_id"]),
                   "scale": (co.tables.target.scale_min, co.tables.target.scale_max)}
         row.update(metrics.summarize_run(g, n_boot=n_boot, seed=seed, **kw))
         lat, lat_lo, lat_hi = metrics.mean_ci(g["latency_s"], g["user"], n_boot=n_boot, seed=seed)
@@ -77,6 +77,16 @@ PAPER_JUDGE_DATASETS = ("globem",)
 PAPER_JUDGE_SYSTEMS = ("healthllm", "rag", "phia")
 
 
+def paper_mean_predictor(datasets) -> dict[str, float]:
+    """The paper's mean predictor per dataset (Table 3's reference row: DiversityOne 0.58, PMData 0.48, GLOBEM
+    0.80); NaN for a dataset the table has no column for."""
+    from balms.paper import paper_table
+
+    paper = paper_table("table3_zero_shot_mae")
+    row = paper[paper["system"] == "Mean Predictor"]
+    return {d: float(row[f"{d}_mae"].iloc[0]) if len(row) and f"{d}_mae" in row else np.nan for d in datasets}
+
+
 def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot: bool) -> pd.DataFrame:
     """Table 3 layout: one row per (dataset, system); a column group per backbone.
 
@@ -117,8 +127,7 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
                 row[f"ours {b} minus mean predictor CI"] = (
                     f"[{r.diff_vs_mean_ci_low:.2f}, {r.diff_vs_mean_ci_high:.2f}]" if ok else "")
                 row[f"ours {b} n parsed"] = int(r.n_parsed) if r is not None else 0
-        mp = paper.loc[paper["system"] == "Mean Predictor", f"{d}_mae"]
-        row["paper mean predictor"] = float(mp.iloc[0]) if len(mp) else np.nan
+        row["paper mean predictor"] = paper_mean_predictor([d])[d]
         m = mean_pred[mean_pred["dataset"] == d]
         row["ours mean predictor"] = float(m["mae_raw_mean"].iloc[0]) if len(m) else np.nan
         row["n"] = int(g["n"].max())

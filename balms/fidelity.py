@@ -1,0 +1,147 @@
+"""The fidelity table (balms/resources/fidelity.yaml): load, check and render it as the book page
+docs/fidelity.md, so the table a reader sees is the one the tests check.
+
+    python -m balms.fidelity --write     # regenerate docs/fidelity.md
+    python -m balms.fidelity --check     # exit 1 when docs/fidelity.md differs from the file
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from balms import paths
+
+FIDELITY_FILE = Path(__file__).resolve().parent / "resources" / "fidelity.yaml"
+DOC_FILE = paths.PROJECT_ROOT / "docs" / "fidelity.md"
+STATUS = re.compile(r"^(exact|option|differs: \S.*|paper inconsistent: \S.*)$", re.DOTALL)
+NEEDS_TEST = ("exact", "option")
+FIELDS = ("id", "detail", "paper", "code", "status", "note", "tests", "owner")
+REQUIRED = ("id", "detail", "paper", "code", "status", "tests")
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    detail: str
+    paper: str
+    code: list[str]
+    status: str
+    tests: list[str] = field(default_factory=list)
+    note: str = ""
+    owner: str = ""
+
+    @property
+    def kind(self) -> str:
+        """exact, option, differs or paper inconsistent."""
+        return self.status.split(":", 1)[0]
+
+
+class FidelityError(ValueError):
+    """A malformed row, named by its id and field."""
+
+
+def load(path: Path = FIDELITY_FILE) -> list[Row]:
+    """Every row, validated: known fields, required ones present, a known status, tests where the status needs
+    them, unique ids."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    rows, seen = [], set()
+    for i, r in enumerate(data.get("rows") or []):
+        where = f"{path}: row {i + 1} ({r.get('id', '?')})"
+        unknown = sorted(set(r) - set(FIELDS))
+        missing = [k for k in REQUIRED if k not in r]
+        if unknown or missing:
+            raise FidelityError(f"{where}: unknown field(s) {unknown}, missing {missing}; fields: {list(FIELDS)}")
+        if r["id"] in seen:
+            raise FidelityError(f"{where}: duplicate id")
+        seen.add(r["id"])
+        if not isinstance(r["status"], str) or not STATUS.match(r["status"]):
+            raise FidelityError(f"{where}: status {r['status']!r}: expected exact, option, 'differs: <why>' or "
+                                "'paper inconsistent: <what we chose>'")
+        if not isinstance(r["code"], list) or not r["code"] or not isinstance(r["tests"], list):
+            raise FidelityError(f"{where}: code must be a non-empty list and tests a list")
+        row = Row(**r)
+        if row.kind in NEEDS_TEST and not row.tests:
+            raise FidelityError(f"{where}: status {row.kind!r} needs a test that checks it")
+        rows.append(row)
+    if not rows:
+        raise FidelityError(f"{path}: no rows")
+    return rows
+
+
+def unresolved_code(rows: list[Row], root: Path = paths.PROJECT_ROOT) -> list[str]:
+    """Code references that no longer resolve: a missing path, or a `path:text` whose text is not in the file."""
+    bad = []
+    for r in rows:
+        for ref in r.code:
+            rel, _, text = ref.partition(":")
+            p = root / rel
+            if not p.exists():
+                bad.append(f"{r.id}: {rel} does not exist")
+            elif text and (p.is_dir() or text not in p.read_text(encoding="utf-8")):
+                bad.append(f"{r.id}: {text!r} not found in {rel}")
+    return bad
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _code(ref: str) -> str:
+    rel, _, text = ref.partition(":")
+    return f"`{rel}`" + (f" (`{text}`)" if text else "")
+
+
+def render(rows: list[Row]) -> str:
+    """docs/fidelity.md: the legend, then one table row per detail."""
+    counts = {k: sum(r.kind == k for r in rows) for k in ("exact", "option", "differs", "paper inconsistent")}
+    lines = [
+        "# Fidelity: every method detail of the paper, where it lives, how close",
+        "",
+        "<!-- generated from balms/resources/fidelity.yaml by `python -m balms.fidelity --write`; do not edit -->",
+        "",
+        "`exact` = as the paper states it; `option` = the paper's choice is a named option (the note says which "
+        "profile uses it); `differs` = not the paper's, and why; `paper inconsistent` = the paper contradicts "
+        "itself, and what we chose. Every `exact` and `option` row names the tests that check it "
+        "(`tests/test_fidelity.py` fails when one is missing or does not exist). Sources: the paper's full text "
+        "(Sections 2-4, Appendices A-D).",
+        "",
+        f"{len(rows)} details: " + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".",
+        "",
+        "| paper detail | paper | where in the code | status | checked by |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        status = r.status if r.kind in NEEDS_TEST else f"**{r.kind}**:{r.status.split(':', 1)[1]}"
+        if r.note:
+            status = f"{status}; {r.note}"
+        tests = "<br>".join(f"`{t.removeprefix('tests/')}`" for t in r.tests) or "-"
+        lines.append(f"| {_cell(r.detail)} | {_cell(r.paper)} | {'<br>'.join(_code(c) for c in r.code)} | "
+                     f"{_cell(status)} | {tests} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--write", action="store_true", help=f"write {DOC_FILE.relative_to(paths.PROJECT_ROOT)}")
+    g.add_argument("--check", action="store_true", help="exit 1 if the page differs from the file")
+    a = ap.parse_args(argv)
+    text = render(load())
+    if a.write:
+        DOC_FILE.parent.mkdir(parents=True, exist_ok=True)
+        DOC_FILE.write_text(text, encoding="utf-8")
+        return 0
+    same = DOC_FILE.exists() and DOC_FILE.read_text(encoding="utf-8") == text
+    if not same:
+        print(f"{DOC_FILE} differs from {FIDELITY_FILE}: run python -m balms.fidelity --write", file=sys.stderr)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
