@@ -15,7 +15,7 @@ import pandas as pd
 
 from balms import paths
 from balms.data.baselines import run_baselines
-from balms.data.evaluation import EVALUATION_RULE_TEXT, EVALUATION_RULES, TEST_FRAC, evaluate, mean_predictor_mae
+from balms.data.evaluation import EVALUATION_RULE_TEXT, EVALUATION_RULES, evaluate, mean_predictor_mae
 from balms.data.loading import load_dataset, load_from_dir
 from balms.data.registry import DATASETS, dataset_names, get_dataset
 from balms.data.samples import (
