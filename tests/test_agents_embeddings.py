@@ -15,6 +15,16 @@ def test_model_folder_is_inside_the_pypi_package():
         model_dir("bge-large")
 
 
+def test_top_k_ties_in_the_last_float_bits_go_to_the_earlier_row():
+    """Two all-NaN days embedded in different batches score 1.0000001 and 1.0000002 against the same query (seen on
+    real PMData, p12 2019-12-26): a tie, so the earlier day wins whatever batch each came from."""
+    q = np.array([1, 0], dtype=np.float32)
+    m = np.array([[0.5, 0.5], [1.0000001, 0], [1.0000002, 0], [1.0, 0]], dtype=np.float32)
+    assert [i for i, _ in top_k(q, m, 2)] == [1, 2]
+    assert [i for i, _ in top_k(q, m[[0, 2, 1, 3]], 2)] == [1, 2]  # whichever of the tied rows carries the noise
+    assert [i for i, _ in top_k(q, np.array([[0.9999], [1.0]], np.float32)[:, [0, 0]] * [1, 0], 1)] == [1]
+
+
 def test_top_k_orders_by_score_then_position():
     m = np.array([[1, 0], [0, 1], [1, 0]], dtype=np.float32)
     assert top_k(np.array([1, 0], dtype=np.float32), m, 2) == [(0, 1.0), (2, 1.0)]

@@ -115,10 +115,17 @@ def store_for(model: str = DEFAULT_EMBEDDER) -> EmbeddingStore:
     return default_store(model, str(paths.cache_dir() / "embeddings.sqlite"))
 
 
+# Ranking precision: identical texts embedded in different batches differ in the last float32 bits (padding changes
+# the arithmetic), e.g. 1.0000001 vs 1.0000002 for two all-NaN days; ranking on raw floats would order such ties by
+# that noise, which depends on which days happened to be embedded together. Scores are ranked at 1e-6.
+RANK_DECIMALS = 6
+
+
 def top_k(query: np.ndarray, matrix: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """Indices and cosine scores of the k rows most similar to `query` (ties: earlier row first)."""
+    """Indices and cosine scores of the k rows most similar to `query`; scores equal to RANK_DECIMALS are ties,
+    and ties go to the earlier row (memory days are in date order: the earlier day)."""
     if matrix.shape[0] == 0:
         return []
     scores = matrix @ query.reshape(-1)
-    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))[:k]
+    order = sorted(range(len(scores)), key=lambda i: (-round(float(scores[i]), RANK_DECIMALS), i))[:k]
     return [(i, float(scores[i])) for i in order]
