@@ -26,12 +26,10 @@ def test_agent_defaults_are_the_configurations(system):
     assert spec.config_fields, system
     for opt, field in spec.config_fields.items():
         assert defaults[opt] == getattr(cfg, field), (system, opt, field)
-    # token budgets are the model's (balms.models.budgets.budget_for: reasoning models get their own), so a
-    # configured cell always sets them; everything else a bare agent records is what the configuration gives
-    budgets = {"max_tokens", "summary_max_tokens"}
-    bare, built = registry.make_agent(system), registry.build_agent(system, cfg)
-    assert {k: v for k, v in bare.options().items() if k not in budgets} == \
-        {k: v for k, v in built.options().items() if k not in budgets}
+    # token budgets included: a bare agent records what a configured cell of a non-reasoning model records
+    assert registry.make_agent(system).options() == registry.build_agent(system, cfg).options()
+    if spec.cost == "single" and "cot" in {f.name for f in dataclasses.fields(spec.agent)}:
+        assert registry.make_agent(system, cot=True).options() == registry.build_agent(system, cfg, cot=True).options()
 
 
 def test_registry_names_systems_everywhere_from_one_list(capsys):

@@ -44,11 +44,12 @@ def prompt_version(style: str) -> str:
 def system_prompt(style: str) -> str:
     return PAPER_SYSTEM_PROMPT if style == "paper" else SYSTEM_PROMPT
 
-# Decoding budgets (parameters, recorded in PredictionRecord.options by the agents).
-ZERO_SHOT_MAX_TOKENS = 24
-COT_MAX_TOKENS = 384
-SUMMARY_MAX_TOKENS = 96
-PHIA_STEP_MAX_TOKENS = 320
+# Decoding budgets (parameters, recorded in PredictionRecord.options by the agents): a bare agent's defaults, and the
+# configuration's (balms.experiments.config reads these), so a bare agent and a configured cell agree.
+ZERO_SHOT_MAX_TOKENS = 16
+COT_MAX_TOKENS = 256
+SUMMARY_MAX_TOKENS = 48
+PHIA_STEP_MAX_TOKENS = 160
 # Forced answer (our budget technique, off in the paper profile): when a CoT reply ends without an answer statement
 # (cut off by its token limit, or finished without one, e.g. "... so the stress level is 1."), the reasoning is kept
 # as the rationale and the model is asked for the answer alone, as PHIA's harness forces a final answer when its step

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from balms import paths
+from balms.agents import prompts
 from balms.agents.registry import PAPER_SYSTEMS, get_system, system_names
 from balms.data.registry import DATASETS
 
@@ -60,8 +61,8 @@ class ExperimentConfig(BaseModel):
     # "Reasoning: ..." then "The user's stress score is 3."; "answer_line" = our earlier "Reasoning:" then "Answer:"
     cot_format: Literal["paper", "answer_line"] = "paper"
     # decoding budgets
-    zs_max_tokens: int = 16
-    cot_max_tokens: int = 256
+    zs_max_tokens: int = prompts.ZERO_SHOT_MAX_TOKENS
+    cot_max_tokens: int = prompts.COT_MAX_TOKENS
     cot_systems: list[str] | None = None  # the systems that run with CoT, in every notebook (None: `systems`)
     # ours: a CoT reply that ends without an answer statement (cut off by cot_max_tokens, or finished without one) is
     # asked for its answer alone (balms.agents.prompts.FORCE_ANSWER); records say force_answer, transcripts the reason
@@ -71,7 +72,7 @@ class ExperimentConfig(BaseModel):
     # (records: options.force_answer, a "forced_answer" step); off in the paper profile
     phia_force_answer: bool = True
     phia_max_iters: int = 3
-    phia_step_tokens: int = 160  # max tokens per PHIA model call (thought + code)
+    phia_step_tokens: int = prompts.PHIA_STEP_MAX_TOKENS  # max tokens per PHIA model call (thought + code)
     # ours, off in the paper profile (balms.agents.prompts.PHIA_PRIMERS): "code_first" asks for a first step with a
     # python block over the DataFrames, "example" shows a worked first step; recorded in records' options
     # demo and CPU study: code_first + fence stop. Measured by `make bench-roles` (bench/roles.json, 6 real PMData and
@@ -89,7 +90,7 @@ class ExperimentConfig(BaseModel):
     reasoning_zs_max_tokens: int = 2048
     reasoning_cot_max_tokens: int = 4096
     reasoning_phia_step_tokens: int = 2048
-    raptor_summary_tokens: int = 48  # max tokens of one RAPTOR day summary
+    raptor_summary_tokens: int = prompts.SUMMARY_MAX_TOKENS  # max tokens of one RAPTOR day summary
     retrieval_top_k: int = 3  # RAG's and RAPTOR's top-k (the paper's top-3)
     raptor_memory: Literal["lookback", "history"] = "lookback"  # history = every earlier day (the paper's)
     # look-back (days) of every cell outside notebook 03's sweep; None = each dataset's own (DiversityOne 7,
