@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,19 +230,24 @@ def run_declared(cfg: ExperimentConfig, notebook: str, part: str | None = None, 
     return run_cells(cfg, [c for c in declared if part is None or c.part == part], **kw)
 
 
-def unique_cells(cfg: ExperimentConfig) -> list[tuple]:
-    """(declaration, runnable cell) for every cell the profile's notebooks declare, each once (the first notebook
-    that runs it; equal spec keys are one cell), built without a backend: what the plan prices and which run files
-    are current."""
+def declared_builds(cfg: ExperimentConfig) -> Iterator[tuple]:
+    """(declaration, runnable cell, first) for every cell declaration of the profile's notebooks, in order, built
+    without a backend; `first` is False when an earlier declaration has the same spec key (one cell: it counts
+    under the first notebook that runs it). The one dedup loop: `unique_cells` and the plan read it."""
     from balms.experiments.cells import declared_cells
 
-    out, seen, samples_of = [], set(), {}
+    seen, samples_of = set(), {}
     for decl in declared_cells(cfg):
         cell = build_cell(cfg, decl, samples_of, key_only=True)
-        if cell.spec.key() not in seen:
-            seen.add(cell.spec.key())
-            out.append((decl, cell))
-    return out
+        key = cell.spec.key()
+        yield decl, cell, key not in seen
+        seen.add(key)
+
+
+def unique_cells(cfg: ExperimentConfig) -> list[tuple]:
+    """(declaration, runnable cell) for every cell the profile's notebooks declare, each once (the first notebook
+    that runs it; equal spec keys are one cell): what the plan prices and which run files are current."""
+    return [(decl, cell) for decl, cell, first in declared_builds(cfg) if first]
 
 
 def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,),

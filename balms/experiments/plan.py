@@ -87,23 +87,17 @@ def enumerate_cells(cfg: ExperimentConfig, built: dict | None = None) -> list[Pl
     """Every cell the profile's notebooks declare (balms.experiments.cells), each once under the first notebook that
     runs it (same cell key), then notebook 07's judge cells. `built`, when given, receives each agent cell's
     runnable form (samples, agent, spec) keyed by its PlanCell, so the estimate reads exactly what will run."""
-    from balms.experiments.cells import declared_cells
-    from balms.experiments.grid import build_cell
+    from balms.experiments.grid import declared_builds
 
     cells: list[PlanCell] = []
-    seen: set = set()
-    samples_of: dict = {}
-    for decl in declared_cells(cfg):
-        cell = build_cell(cfg, decl, samples_of, key_only=True)
-        key = cell.spec.key()
-        if key not in seen:
-            seen.add(key)
+    for decl, cell, first in declared_builds(cfg):
+        if first:
             pc = PlanCell(decl.notebook, decl.dataset, decl.system, decl.model, decl.cot, cell.spec.lookback,
-                          decl.options, key=key)
+                          decl.options, key=cell.spec.key())
             cells.append(pc)
             if built is not None:
                 built[pc] = cell
-        if decl.notebook == "07_rationale_quality":  # the judge grades this CoT cell's rationales
+        if decl.notebook == "07_rationale_quality":  # the judge grades this CoT cell's rationales, wherever it ran
             jc = PlanCell(decl.notebook, decl.dataset, "judge", cfg.judge_model, True,
                           options=options_json({"system": decl.system}), judged_model=decl.model)
             cells.append(jc)
