@@ -55,3 +55,26 @@ def test_rule_table_has_every_rule_and_the_papers_counts(pmdata_tables, globem_t
     assert (gl.paper_table5_n, gl.paper_table7_n, gl.n_scored) == (1640, 1640, gl.n_samples)
     pm = t[(t.dataset == "pmdata") & (t.evaluation_rule == "heldout30")].iloc[0]
     assert (pm.n_samples, pm.n_scored, pm.paper_table7_n) == (1545, 464, 1463)
+
+
+def test_a_sweep_cells_mean_predictor_is_the_evaluation_that_drew_its_samples(real_data, monkeypatch):
+    """Notebook 03 draws its target days at the longest look-back, whose held-out days (heldout30) are not the
+    default look-back's: each cell's mean predictor comes from the cohort that scores all of its samples."""
+    from balms.experiments import config
+    from balms.experiments.cells import cells_for
+    from balms.experiments.cohorts import cohort, draw_lookbacks, mean_predictions, with_lookback
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    cfg = config.load("demo", evaluation_rule="heldout30")
+    assert draw_lookbacks(cfg) == [None, max(cfg.lookbacks)] == [None, max(d.sample_lookback or 0
+                                                                          for d in cells_for("03_long_horizon", cfg))]
+    default, sweep = cohort("pmdata", cfg), cohort("pmdata", cfg, max(cfg.lookbacks))
+    drawn = [with_lookback(s, 7) for s in sweep.test]
+    outside = [s.sample_id for s in drawn if s.sample_id not in default.mean_prediction]
+    assert outside, "every sweep day is also held out at the default look-back: nothing to check"
+    got = mean_predictions(cfg, "pmdata", outside)
+    assert set(got.values()) == {sweep.train_mean} != {default.train_mean}
+    inside = sorted(default.mean_prediction)[:5]  # a notebook-01 cell: the default cohort's own evaluation
+    assert mean_predictions(cfg, "pmdata", inside) == {i: default.mean_prediction[i] for i in inside}
+    with pytest.raises(KeyError, match="not all scored"):
+        mean_predictions(cfg, "pmdata", [*outside[:1], "pmdata/p01/1999-01-01/L7"])

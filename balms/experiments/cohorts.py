@@ -104,6 +104,30 @@ def cohort(dataset: str, cfg: ExperimentConfig | None = None, lookback: int | No
     return _cohort(dataset, lookback, cfg.raw_root, cfg.seed, cfg.evaluation_rule)
 
 
+def draw_lookbacks(cfg: ExperimentConfig) -> list[int | None]:
+    """The look-backs the profile's declared cells draw their samples at: None (each dataset's default) first, then
+    each other one (notebook 03's sweep draws at its longest look-back)."""
+    from balms.experiments.cells import declared_cells
+
+    drawn = {d.sample_lookback for d in declared_cells(cfg)} - {None}
+    return [None, *sorted(drawn)]
+
+
+def mean_predictions(cfg: ExperimentConfig, dataset: str, sample_ids) -> dict[str, float]:
+    """The mean predictor's prediction for each of one cell's samples, under the evaluation that drew them: the first
+    cohort of `draw_lookbacks` that scores every one of them (a sweep's samples are drawn at its longest look-back,
+    whose held-out days differ from the default look-back's). No such cohort is an error naming the samples."""
+    ids = list(sample_ids)
+    for lookback in draw_lookbacks(cfg):
+        co = cohort(dataset, cfg, lookback)
+        try:
+            return co.mean_for(ids)
+        except KeyError:
+            continue
+    raise KeyError(f"{dataset}: samples {ids[:3]}{'...' if len(ids) > 3 else ''} are not all scored under evaluation "
+                   f"rule {cfg.evaluation_rule!r} at any look-back the profile draws at ({draw_lookbacks(cfg)})")
+
+
 def with_lookback(sample: Sample, lookback: int) -> Sample:
     """The same target day and window end, with a different look-back length (Figure 5's design)."""
     start = sample.window_end - dt.timedelta(days=lookback - 1)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from balms import metrics
 from balms.experiments.claims import fmt, verdict
-from balms.experiments.cohorts import cohort
+from balms.experiments.cohorts import cohort, mean_predictions
 from balms.experiments.config import ExperimentConfig
 
 # The paper's claims in our words, with the direction each comparison must take for the paper to be right.
@@ -126,8 +126,8 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
     base_model = cfg.backbones[0]
     single = [s for s in system_names() if get_system(s).cost == "single"]
     for d in cfg.datasets:
-        mean = cohort(d, cfg).train_mean
         pb, hl = _cell(zs, d, OURS, base_model), _cell(zs, d, "healthllm", base_model)
+        mean = mean_predictions(cfg, d, pb["sample_id"]) if len(pb) else None
         kw = dict(dataset=d, system=OURS, model=base_model)
         what = f"{d} personal_baseline (ours) zero-shot"
         rows.append(_row("personal_baseline_mean", f"{what} - mean predictor", "lower", _paired(pb, mean), **kw)
@@ -172,7 +172,7 @@ def claims_table(cfg: ExperimentConfig, zs: pd.DataFrame, cot: pd.DataFrame, hor
         if not get_system(s).paper:  # the paper's claim is about its systems; ours has its own rows
             continue
         rows.append(_row("mean_predictor", f"{d} {s} zero-shot - mean predictor", "higher",
-                         _paired(g, cohort(d, cfg).mean_for(g["sample_id"])), dataset=d, system=s, model=m))
+                         _paired(g, mean_predictions(cfg, d, g["sample_id"])), dataset=d, system=s, model=m))
     for (d, s, m), g in cot.groupby(["dataset", "system", "model"], sort=False):
         base = zs[(zs.dataset == d) & (zs.system == s) & (zs.model == m)]
         if len(base):
@@ -214,7 +214,7 @@ def power_table(cfg: ExperimentConfig, records: pd.DataFrame, dataset: str, ns=(
         if n <= ran:
             ids = {s.sample_id for s in co.eval_samples(n, cfg.seed, cfg.n_samples)}
             sub = records[records.sample_id.isin(ids)]
-            p = _paired(sub, co.mean_for(sub["sample_id"]))
+            p = _paired(sub, mean_predictions(cfg, dataset, sub["sample_id"]))
             rows.append({"n": n, "n_scored": p["n"], "width": p["ci_high"] - p["ci_low"], "kind": "measured"})
     measured = pd.DataFrame(rows)
     top = measured.iloc[-1]
