@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Iterable
 
@@ -212,7 +213,7 @@ def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order:
             ax.plot(np.append(theta, theta[0]), np.append(vals, vals[0]), marker="o", markersize=3, label=name)
             ax.fill(np.append(theta, theta[0]), np.append(vals, vals[0]), alpha=0.15)
         ax.legend(fontsize=6, loc="upper right", bbox_to_anchor=(1.35, 1.15))
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(textwrap.fill(title, 110), fontsize=8)  # one line per ~110 characters, not one wide line
     fig.tight_layout()
     return fig
 

@@ -127,6 +127,33 @@ else:
 agg.round(2)
 
 # %% [markdown]
+# ## Figure 4's GQ beside the paper's
+# The paper draws Figure 4 as radars without printing its Tier-1 values, but its GQ is Table 6's overall rescaled,
+# so the paper's GQ per backbone and system is known exactly: (overall - 1) / 4.
+
+# %%
+paper_gq = report.paper_table("table6_globem_tier2").assign(gq=lambda t: (t.overall - 1) / 4, who="paper")
+ours_gq = agg[agg.dataset == "globem"].rename(columns={"model": "backbone"}).assign(
+    system=lambda t: t.system.map(ex.PAPER_SYSTEM_NAMES), who="ours")
+gq = pd.concat([paper_gq, ours_gq], ignore_index=True)[["backbone", "system", "gq", "who"]]
+if len(ours_gq):
+    report.save_table(gq, "fig4_gq_vs_paper", artefact="Figure 4 (GQ, table)", notebook=NB, source=src,
+                      profile=cfg.profile, models=judged_models + judges, n=len(paper_scope),
+                      caption=f"GQ = (overall - 1) / 4 on GLOBEM: the paper's (from Table 6) and ours; agents {cap}; "
+                              f"judge {jcap}")
+    fig = report.facet(gq, kind="bar", x="backbone", y="gq", hue="system", col="who", col_order=["paper", "ours"],
+                       title=f"Figure 4's GQ on GLOBEM, the paper's backbones beside ours ({cap}; judge {jcap})")
+    for ax in fig.axes:
+        ax.tick_params(axis="x", rotation=30)
+    report.save_figure(fig, "fig4_gq_vs_paper", artefact="Figure 4 (GQ)", notebook=NB, source=src,
+                       profile=cfg.profile, models=judged_models + judges, n=len(paper_scope))
+    best = gq.loc[gq[gq.who == "paper"].gq.idxmax()]
+    print(f"our GQ: {', '.join(f'{r.system} {r.gq:.2f}' for r in ours_gq.itertuples())}; the paper's range "
+          f"{gq[gq.who == 'paper'].gq.min():.2f}-{gq[gq.who == 'paper'].gq.max():.2f} (highest: {best.backbone} "
+          f"{best.system} {best.gq:.2f})")
+gq.round(3)
+
+# %% [markdown]
 # ## Beyond the paper: every judged dataset and system (when the grid is wider than GLOBEM x 3 systems)
 
 # %%
