@@ -26,7 +26,7 @@
 # mean predictor's MAE beside the paper's; in the table of candidate sample rules, how far each count is from the
 # paper's and whether the mean predictor's MAE depends on the rule.
 #
-# **Time on the demo profile:** 0:17 cold, 0:15 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 0:25 cold, 0:21 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]

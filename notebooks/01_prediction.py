@@ -24,7 +24,7 @@
 # and the paper's backbones as black marks beside our bar; in Table 3 above it, each paper backbone's column
 # (`paper ...`) beside ours (`ours ...`).
 #
-# **Time on the demo profile:** 6:55 cold, 0:08 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 8:15 cold, 0:13 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]

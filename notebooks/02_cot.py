@@ -23,7 +23,7 @@
 # **What to look at:** in the figure, the sign of each cell's relative MAE change (below 0: CoT helped); beside it,
 # how often a reasoning reply had to be asked for its answer (`forced_rate`).
 #
-# **Time on the demo profile:** 1:53 cold, 0:07 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 1:33 cold, 0:07 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]

@@ -22,7 +22,7 @@
 # **What to look at:** in Figure 5 (vs paper), the sign and size of each system's change beside the paper's; in
 # Figures 2 and 7, how prompt tokens and latency grow per extra day for each system.
 #
-# **Time on the demo profile:** 2:27 cold, 0:11 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 5:05 cold, 0:14 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]

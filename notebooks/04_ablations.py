@@ -24,7 +24,7 @@
 # **What to look at:** in the GLOBEM figure, our Full vs Fitbit-only bars beside each paper backbone's panel; in the
 # ablation figure, whether a paired interval excludes 0 and how many answers parsed under each bar.
 #
-# **Time on the demo profile:** 3:35 cold, 0:09 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 3:10 cold, 0:12 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]

@@ -26,7 +26,7 @@
 # **What to look at:** in the Table 7 figure, our mode rate and MAE beside the paper's; in the failures figure, which
 # failure rates differ between the faithful and the improved executor.
 #
-# **Time on the demo profile:** 2:33 cold, 0:09 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 2:19 cold, 0:12 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]

@@ -23,7 +23,7 @@
 # **What to look at:** in Figure 6, the order of the systems by latency (PHIA and RAPTOR make several calls per
 # sample); in Figures 8-10, the spread of latencies per backbone.
 #
-# **Time on the demo profile:** 0:09 cold, 0:08 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 0:14 cold, 0:13 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]

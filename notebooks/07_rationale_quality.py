@@ -30,7 +30,7 @@
 # **What to look at:** in Figure 4, Tier-1 coverage per check and GQ (GLOBEM, our rows beside the paper's); in
 # the D.1 table, whether the judge ranks the two case-study rationales as the paper's reading does.
 #
-# **Time on the demo profile:** 3:55 cold, 0:09 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
+# **Time on the demo profile:** 7:05 cold, 0:13 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
 # response cache, warm = every model call answered from it).
 
 # %% tags=["parameters"]
@@ -141,10 +141,12 @@ if len(ours_gq):
                       profile=cfg.profile, models=judged_models + judges, n=len(paper_scope),
                       caption=f"GQ = (overall - 1) / 4 on GLOBEM: the paper's (from Table 6) and ours; agents {cap}; "
                               f"judge {jcap}")
-    fig = report.facet(gq, kind="bar", x="backbone", y="gq", hue="system", col="who", col_order=["paper", "ours"],
-                       title=f"Figure 4's GQ on GLOBEM, the paper's backbones beside ours ({cap}; judge {jcap})")
+    fig = report.facet(gq.assign(backbone=gq.backbone + gq.who.map({"paper": " (paper)", "ours": " (ours)"})),
+                       kind="bar", x="backbone", y="gq", hue="system", aspect=2.2,
+                       title=f"Figure 4's GQ on GLOBEM: the paper's backbones beside ours ({cap}; judge {jcap})")
     for ax in fig.axes:
-        ax.tick_params(axis="x", rotation=30)
+        for label in ax.get_xticklabels():
+            label.set(rotation=20, ha="right")
     report.save_figure(fig, "fig4_gq_vs_paper", artefact="Figure 4 (GQ)", notebook=NB, source=src,
                        profile=cfg.profile, models=judged_models + judges, n=len(paper_scope))
     best = gq.loc[gq[gq.who == "paper"].gq.idxmax()]
