@@ -61,8 +61,8 @@ def test_a_sweep_cells_mean_predictor_is_the_evaluation_that_drew_its_samples(re
     """Notebook 03 draws its target days at the longest look-back, whose held-out days (heldout30) are not the
     default look-back's: each cell's mean predictor comes from the cohort that scores all of its samples."""
     from balms.experiments import config
-    from balms.experiments.cells import cells_for
-    from balms.experiments.cohorts import cohort, draw_lookbacks, mean_predictions, with_lookback
+    from balms.experiments.cells import cells_for, draw_lookbacks
+    from balms.experiments.cohorts import cohort, mean_predictions, with_lookback
 
     monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
     cfg = config.load("demo", evaluation_rule="heldout30")
@@ -72,9 +72,10 @@ def test_a_sweep_cells_mean_predictor_is_the_evaluation_that_drew_its_samples(re
     drawn = [with_lookback(s, 7) for s in sweep.test]
     outside = [s.sample_id for s in drawn if s.sample_id not in default.mean_prediction]
     assert outside, "every sweep day is also held out at the default look-back: nothing to check"
-    got = mean_predictions(cfg, "pmdata", outside)
+    where = draw_lookbacks(cfg)
+    got = mean_predictions(cfg, "pmdata", outside, where)
     assert set(got.values()) == {sweep.train_mean} != {default.train_mean}
     inside = sorted(default.mean_prediction)[:5]  # a notebook-01 cell: the default cohort's own evaluation
-    assert mean_predictions(cfg, "pmdata", inside) == {i: default.mean_prediction[i] for i in inside}
+    assert mean_predictions(cfg, "pmdata", inside, where) == {i: default.mean_prediction[i] for i in inside}
     with pytest.raises(KeyError, match="not all scored"):
-        mean_predictions(cfg, "pmdata", [*outside[:1], "pmdata/p01/1999-01-01/L7"])
+        mean_predictions(cfg, "pmdata", [*outside[:1], "pmdata/p01/1999-01-01/L7"], where)

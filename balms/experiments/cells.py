@@ -129,3 +129,10 @@ def declared_cells(cfg: ExperimentConfig) -> list[CellDecl]:
     """Every cell of every notebook the profile runs, in notebook order (a cell two notebooks share appears twice:
     it runs once, its records are re-read)."""
     return [c for nb in profile_notebooks(cfg) for c in cells_for(nb, cfg)]
+
+
+def draw_lookbacks(cfg: ExperimentConfig) -> list[int | None]:
+    """The look-backs the profile's declared cells draw their samples at: None (each dataset's default) first, then
+    each other one (notebook 03's sweep draws at its longest look-back)."""
+    drawn = {d.sample_lookback for d in declared_cells(cfg)} - {None}
+    return [None, *sorted(drawn)]

@@ -104,28 +104,20 @@ def cohort(dataset: str, cfg: ExperimentConfig | None = None, lookback: int | No
     return _cohort(dataset, lookback, cfg.raw_root, cfg.seed, cfg.evaluation_rule)
 
 
-def draw_lookbacks(cfg: ExperimentConfig) -> list[int | None]:
-    """The look-backs the profile's declared cells draw their samples at: None (each dataset's default) first, then
-    each other one (notebook 03's sweep draws at its longest look-back)."""
-    from balms.experiments.cells import declared_cells
-
-    drawn = {d.sample_lookback for d in declared_cells(cfg)} - {None}
-    return [None, *sorted(drawn)]
-
-
-def mean_predictions(cfg: ExperimentConfig, dataset: str, sample_ids) -> dict[str, float]:
+def mean_predictions(cfg: ExperimentConfig, dataset: str, sample_ids, lookbacks) -> dict[str, float]:
     """The mean predictor's prediction for each of one cell's samples, under the evaluation that drew them: the first
-    cohort of `draw_lookbacks` that scores every one of them (a sweep's samples are drawn at its longest look-back,
-    whose held-out days differ from the default look-back's). No such cohort is an error naming the samples."""
+    cohort of `lookbacks` (`balms.experiments.cells.draw_lookbacks`: where the declared cells draw) that scores every
+    one of them (a sweep's samples are drawn at its longest look-back, whose held-out days differ from the default
+    look-back's). No such cohort is an error naming the samples."""
     ids = list(sample_ids)
-    for lookback in draw_lookbacks(cfg):
+    for lookback in lookbacks:
         co = cohort(dataset, cfg, lookback)
         try:
             return co.mean_for(ids)
         except KeyError:
             continue
     raise KeyError(f"{dataset}: samples {ids[:3]}{'...' if len(ids) > 3 else ''} are not all scored under evaluation "
-                   f"rule {cfg.evaluation_rule!r} at any look-back the profile draws at ({draw_lookbacks(cfg)})")
+                   f"rule {cfg.evaluation_rule!r} at any look-back the profile draws at ({list(lookbacks)})")
 
 
 def with_lookback(sample: Sample, lookback: int) -> Sample:

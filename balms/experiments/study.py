@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from balms import metrics
+from balms.experiments.cells import draw_lookbacks
 from balms.experiments.claims import fmt, verdict
 from balms.experiments.cohorts import cohort, mean_predictions
 from balms.experiments.config import ExperimentConfig
@@ -65,6 +66,11 @@ def _not_run(claim, comparison, expect, **extra) -> dict:
     """A comparison whose cells are absent: listed, with no numbers, so the table shows what was not run."""
     return {"claim": claim, "comparison": comparison, "expected": expect or "none", "diff": math.nan,
             "ci_low": math.nan, "ci_high": math.nan, "n": 0, "verdict": NOT_RUN, **extra}
+
+
+def _mean(cfg: ExperimentConfig, dataset: str, cell: pd.DataFrame) -> dict[str, float]:
+    """The mean predictor on one cell's samples, under the evaluation that drew them."""
+    return mean_predictions(cfg, dataset, cell["sample_id"], draw_lookbacks(cfg))
 
 
 def _paired(a: pd.DataFrame, b, **kw) -> dict:
@@ -127,10 +133,10 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
     single = [s for s in system_names() if get_system(s).cost == "single"]
     for d in cfg.datasets:
         pb, hl = _cell(zs, d, OURS, base_model), _cell(zs, d, "healthllm", base_model)
-        mean = mean_predictions(cfg, d, pb["sample_id"]) if len(pb) else None
         kw = dict(dataset=d, system=OURS, model=base_model)
         what = f"{d} personal_baseline (ours) zero-shot"
-        rows.append(_row("personal_baseline_mean", f"{what} - mean predictor", "lower", _paired(pb, mean), **kw)
+        rows.append(_row("personal_baseline_mean", f"{what} - mean predictor", "lower",
+                         _paired(pb, _mean(cfg, d, pb)), **kw)
                     if len(pb) else _not_run("personal_baseline_mean", f"{what} - mean predictor", "lower", **kw))
         rows.append(_row("personal_baseline_healthllm", f"{what} - healthllm zero-shot", "lower", _paired(pb, hl), **kw)
                     if len(pb) and len(hl) else
@@ -150,7 +156,8 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
         for name, g in (supervised[supervised.dataset == d].groupby("baseline", sort=False) if len(supervised)
                         else []):
             rows.append(_row("supervised", f"{d} {name} (fit on training days) - mean predictor", None,
-                             _paired(g, mean), dataset=d, system=name, model="supervised"))
+                             _paired(g, _mean(cfg, d, g)),
+                             dataset=d, system=name, model="supervised"))
     return rows
 
 
@@ -172,7 +179,7 @@ def claims_table(cfg: ExperimentConfig, zs: pd.DataFrame, cot: pd.DataFrame, hor
         if not get_system(s).paper:  # the paper's claim is about its systems; ours has its own rows
             continue
         rows.append(_row("mean_predictor", f"{d} {s} zero-shot - mean predictor", "higher",
-                         _paired(g, mean_predictions(cfg, d, g["sample_id"])), dataset=d, system=s, model=m))
+                         _paired(g, _mean(cfg, d, g)), dataset=d, system=s, model=m))
     for (d, s, m), g in cot.groupby(["dataset", "system", "model"], sort=False):
         base = zs[(zs.dataset == d) & (zs.system == s) & (zs.model == m)]
         if len(base):
@@ -214,7 +221,7 @@ def power_table(cfg: ExperimentConfig, records: pd.DataFrame, dataset: str, ns=(
         if n <= ran:
             ids = {s.sample_id for s in co.eval_samples(n, cfg.seed, cfg.n_samples)}
             sub = records[records.sample_id.isin(ids)]
-            p = _paired(sub, mean_predictions(cfg, dataset, sub["sample_id"]))
+            p = _paired(sub, _mean(cfg, dataset, sub))
             rows.append({"n": n, "n_scored": p["n"], "width": p["ci_high"] - p["ci_low"], "kind": "measured"})
     measured = pd.DataFrame(rows)
     top = measured.iloc[-1]

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from balms.experiments.cells import draw_lookbacks
 from balms.experiments.cohorts import cohort, mean_predictions
 from balms.experiments.config import ExperimentConfig
 
@@ -34,7 +35,7 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
         kw = {}
         if cfg is not None and "dataset" in row:
             co = cohort(row["dataset"], cfg)
-            kw = {"mean_prediction": mean_predictions(cfg, row["dataset"], g["sample_id"]),
+            kw = {"mean_prediction": mean_predictions(cfg, row["dataset"], g["sample_id"], draw_lookbacks(cfg)),
                   "scale": (co.tables.target.scale_min, co.tables.target.scale_max)}
         row.update(metrics.summarize_run(g, n_boot=n_boot, seed=seed, **kw))
         lat, lat_lo, lat_hi = metrics.mean_ci(g["latency_s"], g["user"], n_boot=n_boot, seed=seed)
