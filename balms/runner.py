@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import inspect
 import json
 import os
 import platform
@@ -341,12 +342,13 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
     wrapped = RetryingBackend(backend, retries=0 if inner else retries, timeout_s=timeout_s)
     session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_errors_retried": n_retried,
                                "n_new": 0, "n_errors_new": 0}
+    base = type(inspect.unwrap(agent))  # the agent's own class, not the scheduler's gate around it
     manifest: dict[str, Any] = {
         "run_file": str(out_path),
         "status": "running",
         "cell": None if spec is None else spec.model_dump(mode="json") | {"key": spec.key()},
         "agent": {"name": getattr(agent, "name", type(agent).__name__), "cot": getattr(agent, "cot", None),
-                  "class": f"{type(agent).__module__}.{type(agent).__qualname__}",
+                  "class": f"{base.__module__}.{base.__qualname__}",
                   "options": _agent_options(agent)},
         "model": {"name": getattr(backend, "name", None), "model_id": backend.model_id,
                   "backend": type(getattr(backend, "backend", backend)).__name__,

@@ -1,18 +1,26 @@
 """The scheduler (balms.experiments.scheduler): the same grid on real PMData, real agents (Health-LLM, RAG, RAPTOR)
-and real routing to two loopback servers gives the same records cell by cell at concurrency 1 and all in flight at
-two other concurrencies; all in flight keeps both servers busy at once, never above each server's slot limit; a
-cell already on disk is resumed, not recomputed. RAPTOR's day summaries of one window go out together (even at
-concurrency 1) and its records stay the same."""
+and real routing to two loopback servers gives the same records cell by cell at concurrency 1, all in flight at
+two other concurrencies, and through the notebooks' path (grid.run_cells); all in flight keeps both servers busy
+at once, never above each server's slot limit; a cell already on disk is resumed, not recomputed; cells on an
+embedded model run one at a time. RAPTOR's day summaries of one window go out together (even at concurrency 1)
+and its records stay the same."""
 
 from __future__ import annotations
+
+import itertools
+import json
+import time
 
 import pytest
 
 from agent_fakes import use_hash_embedder
+from balms import runner
+from balms.experiments import scheduler
 from balms.experiments.config import ExperimentConfig
-from balms.experiments.grid import make_cell, run_cell_spec
-from balms.experiments.scheduler import interleave, record_content, run_cells
+from balms.experiments.grid import make_cell, run_cell_spec, run_grid
+from balms.experiments.scheduler import cell_records, interleave, record_content, run_cells
 from balms.models.slots import ServerSlots
+from balms.runner import manifest_path_for, run_samples
 from fake_servers import AnsweringOpenAIServer
 
 MODELS = {"Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B-Instruct",
@@ -78,10 +86,35 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
     narrow = run_cells(cfg, cells, progress=False)
     assert narrow.results[0].n_new == 0 and narrow.results[1].n_new == 3
 
+    # the notebooks' path (grid.run_cells -> the scheduler), one model taken as embedded: its cells one at a time
+    _fresh(monkeypatch, tmp_path, "grid")
+    cfg = _cfg(servers, concurrency=4, server_slots=2)
+    local = "Mistral-7B-Instruct-v0.3"
+    monkeypatch.setattr(scheduler, "_is_local", lambda cfg, cell: cell.spec.model == local)
+    spans = {m: [] for m in MODELS}
+
+    def timed(agent, backend, *a, spec, **kw):
+        t0 = time.monotonic()
+        try:
+            return run_samples(agent, backend, *a, spec=spec, **kw)
+        finally:
+            spans[spec.model].append((t0, time.monotonic()))
+
+    monkeypatch.setattr(runner, "run_samples", timed)
+    df = run_grid(cfg)
+    assert len(df) == 18 and (df["status"] != "error").all()
+    grid = [cell_records(c.spec.run_path(cfg.runs_root()), c) for c in _cells(cfg)]
+    for c in _cells(cfg):
+        manifest = json.loads(manifest_path_for(c.spec.run_path(cfg.runs_root())).read_text())
+        assert manifest["agent"]["class"].startswith("balms.agents.")  # the agent's class, not the gate's
+    assert len(spans[local]) == 3 and not any(_overlap([a], [b]) for a, b in itertools.combinations(spans[local], 2))
+    assert any(_overlap([a], [b]) for a, b in itertools.combinations(spans["Qwen2.5-7B-Instruct"], 2))
+
     assert all(len(recs) == 3 for recs in serial)
     assert sum(r.prediction is not None for recs in serial for r in recs) == 18  # parseable answers
     assert _content(wide.records) == _content(serial)
     assert _content(narrow.records) == _content(serial)
+    assert _content(grid) == _content(serial)
 
 
 def test_interleave_alternates_models_in_first_seen_order():
@@ -112,3 +145,25 @@ def test_slots_hold_each_server_to_its_limit_and_pause_on_retry_after():
     waiter.join(2)
     assert got[-1] == "u1" and time.monotonic() - t0 >= 0.25  # freed, but paused by retry-after first
     assert slots.peak == {"u1": 2, "u2": 1}
+
+
+def test_run_notebooks_puts_several_notebooks_cells_in_one_scheduler(servers, tmp_path, monkeypatch, real_data,
+                                                                     capsys):
+    """`balms run --notebooks 01_prediction,02_cot`: 02's zero-shot cells are 01's (run once), its CoT cells run
+    beside them; the records land in the profile's runs, where the notebooks read them."""
+    from balms.cli import main
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    _fresh(monkeypatch, tmp_path, "cli")
+    urls = ",".join(s.url for s in servers)
+    overrides = (f"-p datasets [pmdata] -p systems [healthllm] -p backbones [{','.join(MODELS)}] -p servers [{urls}] "
+                 "-p n_samples 2 -p lookback 3 -p cot_systems [healthllm] -p concurrency 4")
+    assert main(["run", "--notebooks", "01_prediction,02_cot", "--config", "demo", "--set", overrides,
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["profile"] == "demo" and out["records"] == 12  # 01: 2 cells; 02: the same 2 + 2 CoT cells; x 2
+    runs = sorted(p.name for p in (tmp_path / "cli" / "runs" / "demo" / "pmdata").glob("*.jsonl"))
+    assert len(runs) == 4 and sum("__cot__" in r for r in runs) == 2
+    assert sum(len(s.requests) for s in servers) == 8  # each of the 4 cells' 2 samples called once
+    with pytest.raises(SystemExit, match="unknown notebook"):
+        main(["run", "--notebooks", "01_predictoin", "--config", "demo", "--set", overrides])

@@ -18,6 +18,7 @@ the threads in use stay within `cfg.scheduler_threads`.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import defaultdict
@@ -94,16 +95,62 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
     return limits
 
 
+LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
+
+
+def _is_local(cfg: ExperimentConfig, cell) -> bool:
+    from balms.models.registry import UnknownModelError, resolve_spec
+
+    try:
+        return resolve_spec(cell.spec.model, cfg.servers).backend in LOCAL_BACKENDS
+    except UnknownModelError:
+        return False
+
+
+class _Gated:
+    """A cell's agent as the scheduler runs it: a sample starts only while the run goes on (no cell stopped it)
+    and, under a spending cap, only if the cap allows it; otherwise it leaves no record (runner.NotStarted)."""
+
+    def __init__(self, agent, stop: threading.Event, cap, kind):
+        self.__wrapped__, self._stop, self._cap, self._kind = agent, stop, cap, kind
+
+    def __getattr__(self, item):
+        return getattr(self.__wrapped__, item)
+
+    def predict(self, sample, tables, backend) -> PredictionRecord:
+        from balms.runner import NotStarted
+
+        if self._stop.is_set():
+            raise NotStarted("the run stopped: a cell failed")
+        if self._cap is None:
+            return self.__wrapped__.predict(sample, tables, backend)
+        return self._cap.spend(self._kind, lambda: self.__wrapped__.predict(sample, tables, backend))
+
+
+def cell_records(path, cell) -> list[PredictionRecord]:
+    """The cell's records on disk, in its sample order (a sample without a record is left out)."""
+    from balms.runner import load_records
+
+    by_id = {r.sample_id: r for r in load_records(path)} if path.exists() else {}
+    return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+
+
 def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
-    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order. Under
-    a spending cap the samples it does not allow are not started, and the report's `stopped` says how far the
-    run got."""
+    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order.
+
+    Cells on an embedded model (LOCAL_BACKENDS) run one after another in one lane beside the others: their
+    server is this machine, which gains nothing from two at once and their latencies would count the wait.
+    A cell whose every sample failed (balms.experiments.errors.check_cell, unless `cfg.allow_errors`) stops the
+    run: no further sample starts (those not started leave no record), the cells in flight finish the samples
+    they started, and its error is raised. Under a spending cap the samples it does not allow are not started,
+    and the report's `stopped` says how far the run got."""
     from balms.experiments.batching import prefetch_cell
-    from balms.experiments.budget import CappedAgent, SpendingCap
+    from balms.experiments.budget import SpendingCap
     from balms.experiments.cohorts import cohort
+    from balms.experiments.errors import check_cell
     from balms.experiments.grid import describe_cell
     from balms.models.registry import get_backend
-    from balms.runner import load_records, run_samples
+    from balms.runner import run_samples
 
     cells = list(cells)
     limits = configure_slots(cfg, list(dict.fromkeys(c.spec.model for c in cells)))
@@ -112,65 +159,87 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     for i, p in enumerate(paths):
         first_of.setdefault(p, i)
     todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
+    local = [i for i in todo if _is_local(cfg, cells[i])]
+    lanes: list[list[int]] = []  # each lane runs its cells in turn; every server cell is a lane of its own
+    for i in todo:
+        if i not in local:
+            lanes.append([i])
+        elif i == local[0]:
+            lanes.append(local)
     results: list = [None] * len(cells)
     threads_per = [max(1, min(cfg.concurrency, len(c.samples))) for c in cells]
-    budget = max(cfg.scheduler_threads, max(threads_per, default=1))
+    lane_threads = [max(threads_per[i] for i in lane) for lane in lanes]
+    budget = max(cfg.scheduler_threads, max(lane_threads, default=1))
     cond = threading.Condition()
     in_use = [0]
     n_done = [0]
+    stop = threading.Event()
     cap = SpendingCap.from_cfg(cfg)
-    agents = [c.agent for c in cells]
     if cap is not None:
-        cap.already(r for i in todo if paths[i].exists() for r in load_records(paths[i]))
-        agents = [CappedAgent(c.agent, cap, (c.spec.system, c.spec.model)) for c in cells]
+        cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
+    agents = [_Gated(c.agent, stop, cap, (c.spec.system, c.spec.model)) for c in cells]
+    where = os.environ.get("BALMS_NOTEBOOK")
+    tag = f"[{where}] scheduler" if where else "scheduler"
 
     def run_one(i: int):
         cell = cells[i]
+        prefetch_cell(cfg, cell)  # Claude via the Message Batches API when cfg.anthropic_batch (single-call cells)
+        backend = get_backend(cell.spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+        co = cohort(cell.spec.dataset, cfg)
+        res = run_samples(agents[i], backend, cell.samples, co.tables, paths[i], concurrency=threads_per[i],
+                          progress=False, spec=cell.spec, retry_errors=cfg.retry_errors,
+                          manifest_extra={"profile": cfg.profile, "source": co.source, "scheduler": True})
+        results[i] = res
+        if progress:
+            with cond:
+                n_done[0] += 1
+                k = n_done[0]
+            print(f"{tag}: {k}/{len(todo)} cells done: {describe_cell(cell.spec)} "
+                  f"({res.n_new} new, {res.n_errors} errors, {res.wall_s:.1f} s)", file=sys.stderr, flush=True)
         try:
-            prefetch_cell(cfg, cell)
-            backend = get_backend(cell.spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
-            co = cohort(cell.spec.dataset, cfg)
-            res = run_samples(agents[i], backend, cell.samples, co.tables, paths[i],
-                              concurrency=threads_per[i], progress=False, spec=cell.spec,
-                              manifest_extra={"profile": cfg.profile, "source": co.source, "scheduler": True})
-            results[i] = res
-            if progress:
-                with cond:
-                    n_done[0] += 1
-                    k = n_done[0]
-                print(f"scheduler: {k}/{len(todo)} cells done: {describe_cell(cell.spec)} "
-                      f"({res.n_new} new, {res.n_errors} errors, {res.wall_s:.1f} s)", file=sys.stderr, flush=True)
-            return res
+            check_cell(cfg.allow_errors, describe_cell(cell.spec), cell_records(paths[i], cell))
+        except Exception:
+            stop.set()
+            raise
+
+    def run_lane(k: int):
+        try:
+            for i in lanes[k]:
+                if stop.is_set() or (cap is not None and cap.n_refused):
+                    break
+                run_one(i)
         finally:
             with cond:
-                in_use[0] -= threads_per[i]
+                in_use[0] -= lane_threads[k]
                 cond.notify_all()
 
+    if progress:
+        print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
+              f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
+              f"{len(local)} on embedded models, one at a time", file=sys.stderr, flush=True)
     futures = []
-    with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="balms-cell") as pool:
-        for i in todo:
-            if cap is not None and cap.n_refused:  # the cap refused a sample: start no more cells
+    with ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="balms-cell") as pool:
+        for k in range(len(lanes)):
+            if stop.is_set() or (cap is not None and cap.n_refused):  # no more cells
                 break
             with cond:
-                while in_use[0] and in_use[0] + threads_per[i] > budget:
+                while in_use[0] and in_use[0] + lane_threads[k] > budget:
                     cond.wait()
-                in_use[0] += threads_per[i]
-            futures.append(pool.submit(run_one, i))
+                in_use[0] += lane_threads[k]
+            futures.append(pool.submit(run_lane, k))
         errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         raise errors[0]
     why = None
     if cap is not None and cap.n_refused:
-        n_all = sum(len(c.samples) for i, c in enumerate(cells) if first_of[paths[i]] == i)
-        n_done = sum(len(load_records(paths[i])) for i in todo if paths[i].exists())
-        why = (f"spending cap reached ({cap.describe()}): {n_done} of {n_all} samples done, the rest not started; "
+        n_all = sum(len(cells[i].samples) for i in todo)
+        n_kept = sum(len(cell_records(paths[i], cells[i])) for i in todo)
+        why = (f"spending cap reached ({cap.describe()}): {n_kept} of {n_all} samples done, the rest not started; "
                "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
     if why and progress:
-        print(f"scheduler: {why}", file=sys.stderr, flush=True)
+        print(f"{tag}: {why}", file=sys.stderr, flush=True)
     records = []
     for i, c in enumerate(cells):
-        p = paths[i]
-        by_id = {r.sample_id: r for r in load_records(p)} if p.exists() else {}
-        records.append([by_id[s.sample_id] for s in c.samples if s.sample_id in by_id])
-        results[i] = results[i] or results[first_of[p]]
+        records.append(cell_records(paths[i], c))
+        results[i] = results[i] or results[first_of[paths[i]]]
     return ScheduleReport(records, results, limits, why)
