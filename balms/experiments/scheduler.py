@@ -111,8 +111,8 @@ class _Gated:
     """A cell's agent as the scheduler runs it: a sample starts only while the run goes on (no cell stopped it)
     and, under a spending cap, only if the cap allows it; otherwise it leaves no record (runner.NotStarted)."""
 
-    def __init__(self, agent, stop: threading.Event, cap, kind):
-        self.__wrapped__, self._stop, self._cap, self._kind = agent, stop, cap, kind
+    def __init__(self, agent, stop: threading.Event, cap, kind, done: Callable[[], None] = lambda: None):
+        self.__wrapped__, self._stop, self._cap, self._kind, self._done = agent, stop, cap, kind, done
 
     def __getattr__(self, item):
         return getattr(self.__wrapped__, item)
@@ -122,9 +122,18 @@ class _Gated:
 
         if self._stop.is_set():
             raise NotStarted("the run stopped: a cell failed")
-        if self._cap is None:
-            return self.__wrapped__.predict(sample, tables, backend)
-        return self._cap.spend(self._kind, lambda: self.__wrapped__.predict(sample, tables, backend))
+        try:
+            if self._cap is None:
+                rec = self.__wrapped__.predict(sample, tables, backend)
+            else:
+                rec = self._cap.spend(self._kind, lambda: self.__wrapped__.predict(sample, tables, backend))
+        except NotStarted:  # refused by the cap: no record
+            raise
+        except Exception:  # the runner records the error
+            self._done()
+            raise
+        self._done()
+        return rec
 
 
 def cell_records(path, cell) -> list[PredictionRecord]:
@@ -144,6 +153,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     run: no further sample starts (those not started leave no record), the cells in flight finish the samples
     they started, and its error is raised. Under a spending cap the samples it does not allow are not started,
     and the report's `stopped` says how far the run got."""
+    from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
+
     from balms.experiments.batching import prefetch_cell
     from balms.experiments.budget import SpendingCap
     from balms.experiments.cohorts import cohort
@@ -175,11 +186,22 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     n_done = [0]
     stop = threading.Event()
     cap = SpendingCap.from_cfg(cfg)
+    before = [r for i in todo for r in cell_records(paths[i], cells[i])]
     if cap is not None:
-        cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
-    agents = [_Gated(c.agent, stop, cap, (c.spec.system, c.spec.model)) for c in cells]
+        cap.already(before)
     where = os.environ.get("BALMS_NOTEBOOK")
     tag = f"[{where}] scheduler" if where else "scheduler"
+    if progress:
+        print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
+              f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
+              f"{len(local)} on embedded models, one at a time", file=sys.stderr, flush=True)
+    # one bar for every cell's samples; off a terminal (papermill) every refresh becomes a line: at most every 10 s
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    kept = sum(r.status != "error" or not cfg.retry_errors for r in before)  # errors are run again
+    bar = tqdm(total=sum(len(cells[i].samples) for i in todo), initial=kept, unit="sample",
+               disable=not progress, desc=f"{tag}: samples", dynamic_ncols=True, file=sys.stderr,
+               mininterval=0.1 if tty else 10.0, smoothing=0.05)
+    agents = [_Gated(c.agent, stop, cap, (c.spec.system, c.spec.model), lambda: bar.update(1)) for c in cells]
 
     def run_one(i: int):
         cell = cells[i]
@@ -194,8 +216,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
             with cond:
                 n_done[0] += 1
                 k = n_done[0]
-            print(f"{tag}: {k}/{len(todo)} cells done: {describe_cell(cell.spec)} "
-                  f"({res.n_new} new, {res.n_errors} errors, {res.wall_s:.1f} s)", file=sys.stderr, flush=True)
+            bar.write(f"{tag}: {k}/{len(todo)} cells done: {describe_cell(cell.spec)} "
+                  f"({res.n_new} new, {res.n_errors} errors, {res.wall_s:.1f} s)", file=sys.stderr)
         try:
             check_cell(cfg.allow_errors, describe_cell(cell.spec), cell_records(paths[i], cell))
         except Exception:
@@ -213,12 +235,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
                 in_use[0] -= lane_threads[k]
                 cond.notify_all()
 
-    if progress:
-        print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
-              f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
-              f"{len(local)} on embedded models, one at a time", file=sys.stderr, flush=True)
     futures = []
-    with ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="balms-cell") as pool:
+    with bar, ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="balms-cell") as pool:
         for k in range(len(lanes)):
             if stop.is_set() or (cap is not None and cap.n_refused):  # no more cells
                 break
