@@ -101,10 +101,12 @@ def run_grid_once(n_servers: int, compression: float, samples: int, datasets: li
     try:
         cfg = paper_cfg(urls, samples, datasets)
         cells = grid_cells(cfg)
-        cpu0, t0 = time.process_time(), time.perf_counter()
+        cpu0, t0, m0 = time.process_time(), time.perf_counter(), time.monotonic()
         rep = run_cells(cfg, cells, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         stats = [httpx.get(u + "/stats", timeout=10).json() for u in urls]
+        for st in stats:  # request times relative to the start of the run
+            st["events"] = [[round(x - m0, 3) for x in e] for e in st["events"]]
     finally:
         stop(proc)
     recs = [r for rs in rep.records for r in rs]
@@ -122,6 +124,7 @@ def run_grid_once(n_servers: int, compression: float, samples: int, datasets: li
         "utilisation": [round(g / compression / wall, 3) for g in gpu_s],
         "peak_in_service": [s["peak"] for s in stats],
         "client_cpu_s": round(cpu, 2), "client_cpu_ms_per_call": round(1000 * cpu / max(calls, 1), 3),
+        "_events": [s["events"] for s in stats],
         "servers": [{"model": s["model"], "requests": s["n"], "gpu_s": round(g, 1)}
                     for s, g in zip(stats, gpu_s, strict=True)],
     }

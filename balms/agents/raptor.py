@@ -46,6 +46,8 @@ from balms.agents.rag import MEMORY_SCOPES, user_history
 from balms.data import render
 from balms.data.agent_input import input_lines
 from balms.data.channels import agent_view, select_subday_channels
+from balms.data.memo import TablesMemo
+from balms.data.samples import subday_rows_of
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
@@ -74,7 +76,7 @@ def user_subday(tables: DatasetTables, sample: Sample, start=None) -> pd.DataFra
     sd = tables.subday
     if sd is None or len(sd) == 0:
         return pd.DataFrame(columns=["user", "date", "slot", "slot_index"])
-    sd = sd[sd["user"] == sample.user].copy()
+    sd = subday_rows_of(tables, sample.user).copy()
     sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
     sd = sd[sd["date"] <= pd.Timestamp(sample.window_end)]
     if start is not None:
@@ -82,9 +84,24 @@ def user_subday(tables: DatasetTables, sample: Sample, start=None) -> pd.DataFra
     return sd.sort_values(["date", "slot_index"])
 
 
+_TREES = TablesMemo(maxsize=512)  # leaves and day tables: every backbone's RAPTOR cell builds the same
+
+
+def _hist_key(kind: str, hist: Window) -> tuple:
+    """What a memory window's leaves and day tables depend on: its sample, days and channels."""
+    idx = hist.daily.index
+    return (kind, hist.sample, len(idx), idx.min() if len(idx) else None, idx.max() if len(idx) else None,
+            tuple(c.name for c in hist.channels), tuple(hist.daily.columns))
+
+
 def build_leaves(tables: DatasetTables, hist: Window) -> tuple[dict, int]:
     """Day -> list of leaf texts for every day of `hist`; and the count of all-missing sub-day rows.
-    Sub-day channels follow the daily selection's devices (the wearable-only ablation has no phone leaves)."""
+    Sub-day channels follow the daily selection's devices (the wearable-only ablation has no phone leaves).
+    Shared by every cell (balms.data.memo): read only."""
+    return _TREES.get(tables, _hist_key("leaves", hist), lambda: _build_leaves(tables, hist))
+
+
+def _build_leaves(tables: DatasetTables, hist: Window) -> tuple[dict, int]:
     s = hist.sample
     start = hist.daily.index.min() if len(hist.daily.index) else None
     sd = user_subday(tables, s, start)
@@ -108,7 +125,11 @@ def day_tables(tables: DatasetTables, hist: Window) -> dict:
 
     The summary prompt reads this instead of the self-describing leaf texts: the same numbers in about a
     third of the tokens, which is what makes one summary per (user, day) affordable on a CPU. Days without
-    sub-day rows fall back to their leaf text (the daily row)."""
+    sub-day rows fall back to their leaf text (the daily row). Shared by every cell: read only."""
+    return _TREES.get(tables, _hist_key("days", hist), lambda: _day_tables(tables, hist))
+
+
+def _day_tables(tables: DatasetTables, hist: Window) -> dict:
     s = hist.sample
     start = hist.daily.index.min() if len(hist.daily.index) else None
     sd = user_subday(tables, s, start)

@@ -70,13 +70,16 @@ _INFO: dict[str, ServerInfo] = {}
 def _ask(url: str, timeout_s: float) -> ServerInfo:
     import httpx
 
+    from balms.models.openai_http import tls_context
+
     key = os.environ.get("BALMS_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or "EMPTY"
     headers = {"Authorization": f"Bearer {key}"}
     try:
         try:
-            r = httpx.get(url + "/models", timeout=timeout_s, headers=headers)
+            r = httpx.get(url + "/models", timeout=timeout_s, headers=headers, verify=tls_context())
         except httpx.ReadTimeout:  # connected but slow (a busy server): once more with more patience
-            r = httpx.get(url + "/models", timeout=SLOW_RETRY_FACTOR * timeout_s, headers=headers)
+            r = httpx.get(url + "/models", timeout=SLOW_RETRY_FACTOR * timeout_s, headers=headers,
+                          verify=tls_context())
         if r.status_code != 200:
             return ServerInfo(url, error=f"HTTP {r.status_code}: {r.text[:120]}", asked_at=time.time())
         data = r.json().get("data")
