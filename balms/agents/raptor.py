@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +56,7 @@ from balms.stores import one_per_key, open_db
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
-SUMMARY_PARALLEL = 8  # a window's day summaries in flight at once per sample (the servers' slots meter the rest)
+SUMMARY_THREADS = 256  # day summaries in flight at once in the process, all samples together (slots meter servers)
 NO_SUBDAY_NOTE = "(no sub-day records; daily values used as the leaf)"
 
 
@@ -146,6 +147,14 @@ def _day_tables(tables: DatasetTables, hist: Window) -> dict:
                 lines.append(f"{row['slot']}, " + ", ".join(vals))
             out[ts] = "\n".join(lines)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _summary_pool() -> ThreadPoolExecutor:
+    """One pool for every sample's day summaries: its threads are reused, where a pool per sample started (and
+    ended) eight threads per RAPTOR sample, hundreds at once when all cells are in flight (issue 27). A summary
+    never submits to it, so a full pool only queues."""
+    return ThreadPoolExecutor(max_workers=SUMMARY_THREADS, thread_name_prefix="balms-raptor")
 
 
 class SummaryCache:
@@ -308,7 +317,7 @@ class RaptorAgent(PromptAgentBase):
     def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
                    days: dict, compact: dict, store) -> dict:
         """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
-        (at most SUMMARY_PARALLEL at once) while this thread embeds the leaves, and each day's steps join the
+        (on one pool of the process, `_summary_pool`) while this thread embeds the leaves, and each day's steps join the
         transcript in day order, so the record does not depend on which call finished first."""
         subs = {ts: Episode(backend) if episode is not None else None for ts in days}
 
@@ -317,13 +326,12 @@ class RaptorAgent(PromptAgentBase):
             return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
                                self.summary_max_tokens, n_leaves=len(days[ts]))
 
-        with ThreadPoolExecutor(max_workers=max(1, min(SUMMARY_PARALLEL, len(days))),
-                                thread_name_prefix="balms-raptor") as pool:
-            futures = {ts: pool.submit(one, ts) for ts in days}
-            # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
-            store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
-                         for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
-            out = {ts: f.result() for ts, f in futures.items()}
+        pool = _summary_pool()
+        futures = {ts: pool.submit(one, ts) for ts in days}
+        # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
+        store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
+                     for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
+        out = {ts: f.result() for ts, f in futures.items()}
         if episode is not None:
             for ts in days:
                 episode.absorb(subs[ts])

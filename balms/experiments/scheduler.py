@@ -23,6 +23,7 @@ import sys
 import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -70,8 +71,9 @@ def interleave(cells: Sequence, key: Callable) -> list[int]:
 
 
 def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
-    """Set the slot limit of every server the models route to (and of the Anthropic API); returns them."""
-    from balms.models.discovery import server_urls
+    """Set the slot limit of every server the models route to (and of the Anthropic API); returns them. The
+    servers are asked what they serve once, here, before any cell starts (every backend then routes from it)."""
+    from balms.models.discovery import discover, server_urls
     from balms.models.openai_http import normalise_base_url
     from balms.models.registry import resolve_spec
     from balms.models.slots import ANTHROPIC, SLOTS
@@ -85,14 +87,75 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
             continue
     if "openai" in kinds:
         overrides = {normalise_base_url(u): int(n) for u, n in cfg.server_slot_limits.items()}
-        for url in server_urls(cfg.servers):
-            url = normalise_base_url(url)
+        urls = [normalise_base_url(u) for u in server_urls(cfg.servers)]
+        discover(urls)
+        for url in urls:
             limits[url] = overrides.get(url, cfg.server_slots)
     if "anthropic" in kinds:
         limits[ANTHROPIC] = cfg.anthropic_slots
     for k, n in limits.items():
         SLOTS.set_limit(k, n)
     return limits
+
+
+# Samples started at once per slot of the servers a model routes to: enough that a server never waits for a
+# sample's own CPU work (its window, RAPTOR's leaves, PHIA's code) before the next request, few enough that the
+# client does not spread its CPU over hundreds of half-built samples while the servers idle (issue 27: with all
+# 512 samples of the notebook-01 grid started at once, the first request left after tens of seconds).
+SAMPLES_PER_SLOT = 2
+
+
+def model_slots(cfg: ExperimentConfig, cell, limits: dict[str, int]) -> int | None:
+    """The slots of the servers `cell`'s model routes to (None: not metered, e.g. a stand-in or embedded)."""
+    from balms.models.discovery import servers_for
+    from balms.models.registry import UnknownModelError, resolve_spec
+    from balms.models.slots import ANTHROPIC
+
+    try:
+        kind = resolve_spec(cell.spec.model, cfg.servers).backend
+    except UnknownModelError:
+        return None
+    if kind == "anthropic":
+        return limits.get(ANTHROPIC)
+    if kind != "openai":
+        return None
+    urls = [u for u in limits if u != ANTHROPIC]
+    return sum(limits[u] for u in servers_for(cell.spec.model_id, urls)) or None
+
+
+class Admission:
+    """Samples in flight per model: at most `limit` at once; the waiting start by priority (lower first), then
+    in arrival order. Multi-call samples (RAPTOR, PHIA) go first: their chains of calls are what makes a run's
+    tail, started last they would run alone at the end while the servers idle."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._limit: dict = {}
+        self._busy: dict = defaultdict(int)
+        self._waiting: dict = defaultdict(list)  # key -> [(priority, ticket)]
+        self._tickets = iter(range(1 << 62))
+
+    def set_limit(self, key, limit: int | None) -> None:
+        with self._cond:
+            self._limit[key] = limit
+
+    @contextmanager
+    def admitted(self, key, priority: int):
+        with self._cond:
+            me = (priority, next(self._tickets))
+            self._waiting[key].append(me)
+            lim = self._limit.get(key)
+            while lim is not None and (self._busy[key] >= lim or min(self._waiting[key]) != me):
+                self._cond.wait()
+            self._waiting[key].remove(me)
+            self._busy[key] += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy[key] -= 1
+                self._cond.notify_all()
 
 
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
@@ -111,13 +174,20 @@ class _Gated:
     """A cell's agent as the scheduler runs it: a sample starts only while the run goes on (no cell stopped it)
     and, under a spending cap, only if the cap allows it; otherwise it leaves no record (runner.NotStarted)."""
 
-    def __init__(self, agent, stop: threading.Event, cap, kind, done: Callable[[], None] = lambda: None):
+    def __init__(self, agent, stop: threading.Event, cap, kind, done: Callable[[], None] = lambda: None,
+                 admission: Admission | None = None, priority: int = 0):
         self.__wrapped__, self._stop, self._cap, self._kind, self._done = agent, stop, cap, kind, done
+        self._admission, self._priority = admission or Admission(), priority
 
     def __getattr__(self, item):
         return getattr(self.__wrapped__, item)
 
     def predict(self, sample, tables, backend) -> PredictionRecord:
+
+        with self._admission.admitted(self._kind[1], self._priority):
+            return self._predict(sample, tables, backend)
+
+    def _predict(self, sample, tables, backend) -> PredictionRecord:
         from balms.runner import NotStarted
 
         if self._stop.is_set():
@@ -155,6 +225,7 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     and the report's `stopped` says how far the run got."""
     from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
 
+    from balms.agents.registry import get_system
     from balms.experiments.batching import prefetch_cell
     from balms.experiments.budget import SpendingCap
     from balms.experiments.cohorts import cohort
@@ -201,7 +272,12 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     bar = tqdm(total=sum(len(cells[i].samples) for i in todo), initial=kept, unit="sample",
                disable=not progress, desc=f"{tag}: samples", dynamic_ncols=True, file=sys.stderr,
                mininterval=0.1 if tty else 10.0, smoothing=0.05)
-    agents = [_Gated(c.agent, stop, cap, (c.spec.system, c.spec.model), lambda: bar.update(1)) for c in cells]
+    admission = Admission()
+    for c in cells:
+        n = model_slots(cfg, c, limits)
+        admission.set_limit(c.spec.model, None if n is None else SAMPLES_PER_SLOT * n)
+    agents = [_Gated(c.agent, stop, cap, (c.spec.system, c.spec.model), lambda: bar.update(1), admission,
+                     0 if get_system(c.spec.system).cost != "single" else 1) for c in cells]
 
     def run_one(i: int):
         cell = cells[i]
