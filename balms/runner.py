@@ -281,16 +281,18 @@ def _stats(backend) -> dict:
 
 def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
                 timeout_s: float | None = 600.0, retries: int = 4, progress: bool = True,
-                manifest_extra: dict | None = None, retry_errors: bool = True, spec=None) -> RunResult:
+                manifest_extra: dict | None = None, retry_errors: bool = True, spec=None,
+                executor: ThreadPoolExecutor | None = None) -> RunResult:
     """Run `agent.predict(sample, tables, backend)` for every sample without a result in `out_path`; see module doc.
 
     `retry_errors`: records with status "error" are not results and are run again (False: kept as they are).
-    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written."""
+    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written. `executor`: run the
+    samples on this pool (the scheduler's, shared by every cell) instead of one of `concurrency` threads."""
     out_path = Path(out_path)
     with cell_lock(out_path, progress=progress):
         return _run_locked(agent, backend, samples, tables, out_path, concurrency=concurrency, timeout_s=timeout_s,
                            retries=retries, progress=progress, manifest_extra=manifest_extra,
-                           retry_errors=retry_errors, spec=spec)
+                           retry_errors=retry_errors, spec=spec, executor=executor)
 
 
 def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
@@ -306,7 +308,7 @@ def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
 
 
 def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency, timeout_s, retries, progress,
-                manifest_extra, retry_errors, spec) -> RunResult:
+                manifest_extra, retry_errors, spec, executor=None) -> RunResult:
     from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
 
     mpath = manifest_path_for(out_path)
@@ -376,7 +378,9 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
                file=sys.stderr, mininterval=0.1 if tty else 10.0)
     status = "incomplete"
     try:
-        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") as pool:
+        own = executor is None
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") if own else executor
+        with pool if own else contextlib.nullcontext():
             futures = [pool.submit(_predict, agent, wrapped, s, tables) for s in todo]
             order = {f: i for i, f in enumerate(futures)}
             pending = set(futures)

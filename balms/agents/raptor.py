@@ -53,6 +53,7 @@ from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
 from balms.stores import one_per_key, open_db
+from balms.threads import started_pool
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
@@ -150,11 +151,11 @@ def _day_tables(tables: DatasetTables, hist: Window) -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def _summary_pool() -> ThreadPoolExecutor:
-    """One pool for every sample's day summaries: its threads are reused, where a pool per sample started (and
-    ended) eight threads per RAPTOR sample, hundreds at once when all cells are in flight (issue 27). A summary
+def summary_pool() -> ThreadPoolExecutor:
+    """One pool for every sample's day summaries, its threads started at once (balms.threads): a pool per sample
+    started eight threads per RAPTOR sample, hundreds at once when all cells are in flight (issue 27). A summary
     never submits to it, so a full pool only queues."""
-    return ThreadPoolExecutor(max_workers=SUMMARY_THREADS, thread_name_prefix="balms-raptor")
+    return started_pool(SUMMARY_THREADS, "balms-raptor")
 
 
 class SummaryCache:
@@ -317,7 +318,7 @@ class RaptorAgent(PromptAgentBase):
     def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
                    days: dict, compact: dict, store) -> dict:
         """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
-        (on one pool of the process, `_summary_pool`) while this thread embeds the leaves, and each day's steps join the
+        (on one pool of the process, `summary_pool`) while this thread embeds the leaves, and each day's steps join the
         transcript in day order, so the record does not depend on which call finished first."""
         subs = {ts: Episode(backend) if episode is not None else None for ts in days}
 
@@ -326,7 +327,7 @@ class RaptorAgent(PromptAgentBase):
             return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
                                self.summary_max_tokens, n_leaves=len(days[ts]))
 
-        pool = _summary_pool()
+        pool = summary_pool()
         futures = {ts: pool.submit(one, ts) for ts in days}
         # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
         store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)

@@ -38,7 +38,7 @@ def call_usage(rec: PredictionRecord) -> tuple[int, int]:
 
 def spend_of(rec: PredictionRecord, throughput: dict | None = None) -> tuple[float, float]:
     """(USD, GPU hours) the record's own model calls cost."""
-    from balms.experiments.plan import THROUGHPUT, size_class
+    from balms.experiments.throughput import THROUGHPUT, size_class
     from balms.models.pricing import estimate_cost
     from balms.models.registry import UnknownModelError, spec
 

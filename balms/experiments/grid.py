@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from balms.cellspec import CellSpec, cell_code_fingerprint, run_name
+from balms.cellspec import CellSpec, cell_code_fingerprint, describe_cell, run_name
 from balms.data.schema import Sample
 from balms.experiments.cohorts import cohort, with_lookback
 from balms.experiments.config import ExperimentConfig
@@ -153,15 +153,6 @@ def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, co
     """Build the cell and run it; cached and resumable."""
     cell = make_cell(cfg, dataset, system, model, cot=cot, lookback=lookback, options=options, samples=samples)
     return run_cell_spec(cfg, cell, progress=progress)
-
-
-def describe_cell(spec: CellSpec, options: dict | None = None) -> str:
-    """One line naming a cell, for progress output: "pmdata rag qwen2.5-coder-0.5b zs L14 [channels=...]"."""
-    extra = " ".join(f"{k}={v}" for k, v in (options or {}).items())
-    if len(extra) > 60:
-        extra = extra[:57] + "..."
-    return " ".join(x for x in (spec.dataset, spec.system, spec.model, "cot" if spec.cot else "zs",
-                                f"L{spec.lookback}", extra) if x)
 
 
 def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, key_only: bool = False) -> Cell:

@@ -32,15 +32,8 @@ from dataclasses import dataclass, field
 
 from balms.experiments.cells import NOTEBOOKS, options_json
 from balms.experiments.config import ExperimentConfig
+from balms.experiments.throughput import THROUGHPUT, size_class  # noqa: F401  (the plan's names too)
 
-# Aggregate vLLM throughput of ONE server (continuous batching, concurrency ~32), tokens/s, and its GPUs, per size
-# class on A6000-class (48 GB) GPUs. Rough engineering figures, not measurements: override with --throughput.
-THROUGHPUT: dict[str, dict[str, float]] = {
-    "7b": {"prefill": 8000.0, "decode": 1200.0, "gpus": 1},
-    "14b": {"prefill": 5000.0, "decode": 700.0, "gpus": 2},
-    "70b": {"prefill": 1200.0, "decode": 120.0, "gpus": 2},  # 8-bit bitsandbytes, tensor parallel 2
-    "small": {"prefill": 20000.0, "decode": 3000.0, "gpus": 1},
-}
 TYPICAL_PHIA_CALLS = 4  # code, code, answer (+ one nudge or forced finish): what small backbones mostly do
 TYPICAL_OUTPUT_SHARE = 0.5  # CoT, PHIA steps, summaries and judge verdicts stop well before their budget
 PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
@@ -155,15 +148,6 @@ def token_counter(model: str) -> TokenCounter:
     except Exception as exc:  # noqa: BLE001
         return TokenCounter(model, f"chars/4 (tokenizer failed to load: {type(exc).__name__})")
     return TokenCounter(model, f"{s.model_id} tokenizer", tok)
-
-
-def size_class(model: str) -> str:
-    """7b / 14b / 70b / small from the model's name (the registry has no parameter counts)."""
-    m = re.search(r"(\d+(?:\.\d+)?)\s*[bB]\b", model.replace("-", " "))
-    if not m:
-        return "small"
-    b = float(m.group(1))
-    return "small" if b < 3 else "7b" if b <= 9 else "14b" if b <= 20 else "70b"
 
 
 # ------------------------------------------------------------------------------------------ estimate ---

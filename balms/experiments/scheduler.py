@@ -22,13 +22,14 @@ import os
 import sys
 import threading
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
 from balms.records import PredictionRecord
+from balms.threads import started_pool
 
 
 @dataclass
@@ -225,12 +226,12 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     and the report's `stopped` says how far the run got."""
     from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
 
+    from balms.agents.raptor import summary_pool
     from balms.agents.registry import get_system
     from balms.experiments.batching import prefetch_cell
     from balms.experiments.budget import SpendingCap
     from balms.experiments.cohorts import cohort
     from balms.experiments.errors import check_cell
-    from balms.experiments.grid import describe_cell
     from balms.models.registry import get_backend
     from balms.runner import run_samples
 
@@ -286,6 +287,7 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
         co = cohort(cell.spec.dataset, cfg)
         res = run_samples(agents[i], backend, cell.samples, co.tables, paths[i], concurrency=threads_per[i],
                           progress=False, spec=cell.spec, retry_errors=cfg.retry_errors,
+                          executor=None if i in local else samples_pool,
                           manifest_extra={"profile": cfg.profile, "source": co.source, "scheduler": True})
         results[i] = res
         if progress:
@@ -311,8 +313,14 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
                 in_use[0] -= lane_threads[k]
                 cond.notify_all()
 
+    # every thread started before any cell starts (balms.threads): the servers' cells share one pool of sample
+    # threads, RAPTOR its pool of day summaries
+    n_server_threads = sum(threads_per[i] for i in todo if i not in local)
+    samples_pool = started_pool(max(1, min(budget, n_server_threads)), "balms-sample")
+    if any(cells[i].spec.system == "raptor" for i in todo):
+        summary_pool()
     futures = []
-    with bar, ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="balms-cell") as pool:
+    with bar, samples_pool, started_pool(max(1, len(lanes)), "balms-cell") as pool:
         for k in range(len(lanes)):
             if stop.is_set() or (cap is not None and cap.n_refused):  # no more cells
                 break

@@ -28,11 +28,9 @@ The served model name must be the registry's model id (the HF repo id, vLLM's de
 from __future__ import annotations
 
 import email.utils
-import functools
 import itertools
 import json
 import os
-import ssl
 import threading
 import time
 from typing import Sequence
@@ -40,6 +38,7 @@ from typing import Sequence
 import httpx
 
 from balms.models.base import BackendError, Completion, GenParams, Message
+from balms.models.discovery import tls_context
 from balms.models.reasoning import estimate_reasoning_tokens, split_completion
 from balms.models.slots import SLOTS
 
@@ -67,13 +66,6 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 POOL_SIZE = 32  # connections per HTTP client of a backend (more in flight: more clients)
-
-
-@functools.lru_cache(maxsize=1)
-def tls_context() -> ssl.SSLContext:
-    """One TLS context for every client of the process: building one loads the CA bundle (~30 ms of CPU), and
-    a grid builds a backend per cell (issue 27: it was a tenth of the client's CPU on the scale benchmark)."""
-    return httpx.create_ssl_context()  # httpx's own default (its CA bundle, SSL_CERT_FILE honoured)
 
 
 class OpenAICompatBackend:
