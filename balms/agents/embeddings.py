@@ -24,6 +24,7 @@ from balms.stores import one_per_key, open_db
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _BATCH = 64
+MEMORY_VECTORS = 200_000  # per store, ~300 MB at MiniLM's 384 dimensions
 _ENCODE_LOCK = threading.Lock()
 
 
@@ -69,6 +70,15 @@ class EmbeddingStore:
             "vec BLOB, PRIMARY KEY (model, key, text_sha))"])
         self.hits = 0
         self.misses = 0
+        # vectors read or computed in this process: every backbone's RAG/RAPTOR cell embeds the same leaves, and a
+        # grid in flight asked SQLite for each one behind one lock (issue 27); bounded, emptied when full
+        self._memory: dict[tuple[str, str], np.ndarray] = {}
+
+    def _remember(self, key: str, sha: str, vec: np.ndarray) -> np.ndarray:
+        if len(self._memory) >= MEMORY_VECTORS:
+            self._memory.clear()
+        self._memory[(key, sha)] = vec
+        return vec
 
     def close(self) -> None:
         self._con.close()
@@ -81,11 +91,15 @@ class EmbeddingStore:
         found: dict[int, np.ndarray] = {}
         with self._lock:
             for i, ((key, _), sha) in enumerate(zip(items, shas, strict=True)):
-                row = self._con.execute(
-                    "SELECT dim, vec FROM embeddings WHERE model=? AND key=? AND text_sha=?",
-                    (self.model, key, sha)).fetchone()
-                if row:
-                    found[i] = np.frombuffer(row[1], dtype=np.float32, count=row[0])
+                vec = self._memory.get((key, sha))
+                if vec is None:
+                    row = self._con.execute(
+                        "SELECT dim, vec FROM embeddings WHERE model=? AND key=? AND text_sha=?",
+                        (self.model, key, sha)).fetchone()
+                    if row:
+                        vec = self._remember(key, sha, np.frombuffer(row[1], dtype=np.float32, count=row[0]))
+                if vec is not None:
+                    found[i] = vec
         todo = [i for i in range(len(items)) if i not in found]
         self.hits += len(found)
         self.misses += len(todo)
@@ -100,6 +114,8 @@ class EmbeddingStore:
                     [(self.model, items[i][0], shas[i], enc.shape[1], enc[j].tobytes())
                      for j, i in enumerate(todo)])
                 self._con.commit()
+                for j, i in enumerate(todo):
+                    self._remember(items[i][0], shas[i], enc[j])
             for j, i in enumerate(todo):
                 found[i] = enc[j]
         return np.vstack([found[i] for i in range(len(items))])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import threading
 import time
 from dataclasses import fields
@@ -98,6 +99,8 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._conn = open_db(self.path, [_SCHEMA], autocommit=True)  # safe under concurrent first use
         self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
         self.upgraded = self._upgrade(additions_of)
 
     def _upgrade(self, additions_of) -> int:
@@ -130,9 +133,19 @@ class ResponseCache:
             self._conn.execute("ROLLBACK")
             raise
 
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's read connection: WAL readers never wait for each other or for the writer, where one
+        shared connection behind a lock made every call of a grid in flight queue behind every write (issue 27)."""
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = self._local.con = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None,
+                                                    check_same_thread=False)
+            with self._lock:
+                self._readers.append(con)
+        return con
+
     def get(self, key: str) -> Completion | None:
-        with self._lock:
-            row = self._conn.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
+        row = self._reader().execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
         data = json.loads(row[0])
@@ -163,6 +176,9 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            for con in self._readers:
+                con.close()
+            self._readers.clear()
 
 
 class CachedBackend:
