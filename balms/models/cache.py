@@ -15,9 +15,11 @@ exact subset of the cache a profile's tables used can be exported and replayed e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import queue
 import sqlite3
 import threading
 import time
@@ -85,6 +87,7 @@ def cache_key(model_id: str, messages: Sequence[Message], params: GenParams, add
 
 
 _COMPLETION_FIELDS = {f.name for f in fields(Completion)}
+READERS = 8  # read connections of a response cache
 
 
 class ResponseCache:
@@ -99,8 +102,8 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._conn = open_db(self.path, [_SCHEMA], autocommit=True)  # safe under concurrent first use
         self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
-        self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._idle: queue.LifoQueue = queue.LifoQueue()
+        self._n_readers = 0
         self.upgraded = self._upgrade(additions_of)
 
     def _upgrade(self, additions_of) -> int:
@@ -133,19 +136,28 @@ class ResponseCache:
             self._conn.execute("ROLLBACK")
             raise
 
-    def _reader(self) -> sqlite3.Connection:
-        """This thread's read connection: WAL readers never wait for each other or for the writer, where one
-        shared connection behind a lock made every call of a grid in flight queue behind every write (issue 27)."""
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = self._local.con = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None,
-                                                    check_same_thread=False)
+    @contextlib.contextmanager
+    def _reader(self):
+        """A read connection of the pool (at most READERS, made as needed): WAL readers never wait for each other
+        or for the writer, where one shared connection behind a lock made every call of a grid in flight queue
+        behind every write (issue 27). Bounded: each connection holds three file descriptors, and the sandbox's
+        select() takes none above 1,024."""
+        try:
+            con = self._idle.get_nowait()
+        except queue.Empty:
             with self._lock:
-                self._readers.append(con)
-        return con
+                make = self._n_readers < READERS
+                self._n_readers += make
+            con = (sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
+                   if make else self._idle.get())
+        try:
+            yield con
+        finally:
+            self._idle.put(con)
 
     def get(self, key: str) -> Completion | None:
-        row = self._reader().execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
+        with self._reader() as con:
+            row = con.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
         data = json.loads(row[0])
@@ -176,9 +188,8 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-            for con in self._readers:
-                con.close()
-            self._readers.clear()
+            while not self._idle.empty():
+                self._idle.get_nowait().close()
 
 
 class CachedBackend:
