@@ -89,17 +89,20 @@ class EmbeddingStore:
             return np.zeros((0, 0), dtype=np.float32)
         shas = [_sha(t) for _, t in items]
         found: dict[int, np.ndarray] = {}
-        with self._lock:
-            for i, ((key, _), sha) in enumerate(zip(items, shas, strict=True)):
-                vec = self._memory.get((key, sha))
-                if vec is None:
+        for i, ((key, _), sha) in enumerate(zip(items, shas, strict=True)):
+            vec = self._memory.get((key, sha))
+            if vec is not None:
+                found[i] = vec
+        missing = [i for i in range(len(items)) if i not in found]
+        if missing:
+            with self._lock:
+                for i in missing:
                     row = self._con.execute(
                         "SELECT dim, vec FROM embeddings WHERE model=? AND key=? AND text_sha=?",
-                        (self.model, key, sha)).fetchone()
+                        (self.model, items[i][0], shas[i])).fetchone()
                     if row:
-                        vec = self._remember(key, sha, np.frombuffer(row[1], dtype=np.float32, count=row[0]))
-                if vec is not None:
-                    found[i] = vec
+                        found[i] = self._remember(items[i][0], shas[i],
+                                                  np.frombuffer(row[1], dtype=np.float32, count=row[0]))
         todo = [i for i in range(len(items)) if i not in found]
         self.hits += len(found)
         self.misses += len(todo)

@@ -173,9 +173,14 @@ class SummaryCache:
             "leaves_sha TEXT, summary TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, "
             "PRIMARY KEY (dataset, user, day, model_id, leaves_sha))"],
             add_columns={"summaries": dict(zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True))})
+        self._memory: dict[tuple, tuple[str, dict | None]] = {}
 
     def get(self, key: tuple) -> tuple[str, dict | None] | None:
-        """(summary, usage or None when unknown), or None on a miss."""
+        """(summary, usage or None when unknown), or None on a miss. Summaries this process wrote or read come
+        from memory (every sample of a user reads the same days; all cells in flight queued on the lock)."""
+        hit = self._memory.get(key)
+        if hit is not None:
+            return hit[0], (dict(hit[1]) if hit[1] is not None else None)
         with self._lock:
             row = self._con.execute(
                 "SELECT summary, prompt_tokens, completion_tokens, latency_s FROM summaries WHERE dataset=? "
@@ -183,7 +188,8 @@ class SummaryCache:
         if row is None:
             return None
         usage = dict(zip(self.USAGE, row[1:], strict=True)) if row[3] is not None else None
-        return row[0], usage
+        self._memory[key] = (row[0], usage)
+        return row[0], (dict(usage) if usage is not None else None)
 
     def put(self, key: tuple, summary: str, usage: dict | None = None) -> None:
         u = usage or {}
@@ -191,6 +197,8 @@ class SummaryCache:
             self._con.execute("INSERT OR REPLACE INTO summaries VALUES (?,?,?,?,?,?,?,?,?)",
                               (*key, summary, *(u.get(c) for c in self.USAGE)))
             self._con.commit()
+        # as read back: a usage without latency is unknown
+        self._memory[key] = (summary, {c: u.get(c) for c in self.USAGE} if u.get("latency_s") is not None else None)
 
 
 @one_per_key
