@@ -499,13 +499,18 @@ def servers_by_model(entries: list[str]) -> dict[str, int]:
     return out
 
 
-def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughput: dict) -> dict:
+TAIL_CALLS = 2  # the last samples' chain of dependent calls: RAPTOR's day summaries (together), then its answer
+
+
+def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughput: dict, *,
+                   slots: int = 16, tail_calls: int = TAIL_CALLS) -> dict:
     """Wall hours with the scheduler (balms.experiments.scheduler) on `servers` ({model: n servers}): every
-    server busy until its model's work is done, so the run lasts as long as the busiest model's GPU time divided
-    by its servers (GPU-hours / GPUs per server / servers). Claude runs over the API beside them (not counted)."""
+    server busy until its model's work is done (GPU-hours / GPUs per server / servers), then the last samples'
+    chain of `tail_calls` dependent calls, each as long as one request in a batch of `slots` (a server's
+    requests in flight): the run lasts as long as the busiest model's. Claude runs over the API beside them."""
     from balms.models.registry import UnknownModelError, spec
 
-    per_model, missing = {}, []
+    per_model, tails, missing = {}, {}, []
     for m, v in backbones.items():
         try:
             kind = spec(m).backend
@@ -516,12 +521,18 @@ def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughp
         if not servers.get(m):
             missing.append(m)
             continue
-        per_model[m] = v["gpu_hours"] / throughput[size_class(m)]["gpus"] / servers[m]
+        t = throughput[size_class(m)]
+        calls = v.get("calls") or 0
+        one = slots * ((v.get("prompt_tokens", 0) / t["prefill"] + v.get("output_tokens", 0) / t["decode"]) / calls
+                       if calls else 0.0)  # seconds one request spends in service
+        tails[m] = tail_calls * one / 3600
+        per_model[m] = v["gpu_hours"] / t["gpus"] / servers[m] + tails[m]
     if missing:
         raise ValueError(f"no server given for {', '.join(missing)} (--servers MODEL=N or URLs serving it)")
     hours = max(per_model.values(), default=0.0)
     return {"hours": round(hours, 3), "per_model_hours": {m: round(h, 3) for m, h in per_model.items()},
-            "servers": servers, "utilisation": {m: round(h / hours, 3) if hours else 0.0
+            "tail_hours": {m: round(h, 3) for m, h in tails.items()},
+            "servers": servers, "utilisation": {m: round((h - tails[m]) / hours, 3) if hours else 0.0
                                                 for m, h in per_model.items()}}
 
 
@@ -572,7 +583,8 @@ def format_plan(d: dict) -> str:
         sch = d["schedule"]
         lines += ["", "on the given servers, all cells in flight (balms.experiments.scheduler): "
                   f"{sch['upper']['hours']:,.2f} h upper bound, {sch['typical']['hours']:,.2f} h typical "
-                  "(the busiest model's GPU time over its servers; Claude runs beside them)"]
+                  "(the busiest model's GPU time over its servers, then its last samples' chain of calls; Claude "
+                  "runs beside them)"]
         lines += [f"  {m:<34} {n} server(s): {sch['upper']['per_model_hours'][m]:,.2f} h upper, "
                   f"{sch['typical']['per_model_hours'][m]:,.2f} h typical" for m, n in sch["upper"]["servers"].items()
                   if m in sch["upper"]["per_model_hours"]]
@@ -621,7 +633,7 @@ def _cmd(args) -> int:
     if args.servers:
         try:
             srv = servers_by_model(args.servers.split(","))
-            d["schedule"] = {w: schedule_hours(t["backbones"], srv, plan.throughput)
+            d["schedule"] = {w: schedule_hours(t["backbones"], srv, plan.throughput, slots=cfg.server_slots)
                              for w, t in (("upper", d), ("typical", d["typical"]))}
         except ValueError as exc:
             print(f"balms plan: {exc}", file=sys.stderr)
