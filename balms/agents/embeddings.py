@@ -94,15 +94,19 @@ class EmbeddingStore:
             if vec is not None:
                 found[i] = vec
         missing = [i for i in range(len(items)) if i not in found]
-        if missing:
+        for start in range(0, len(missing), 500):  # one query per 500 keys, not one per key, behind the lock
+            chunk = missing[start:start + 500]
+            keys = sorted({items[i][0] for i in chunk})
             with self._lock:
-                for i in missing:
-                    row = self._con.execute(
-                        "SELECT dim, vec FROM embeddings WHERE model=? AND key=? AND text_sha=?",
-                        (self.model, items[i][0], shas[i])).fetchone()
-                    if row:
-                        found[i] = self._remember(items[i][0], shas[i],
-                                                  np.frombuffer(row[1], dtype=np.float32, count=row[0]))
+                rows = self._con.execute(
+                    f"SELECT key, text_sha, dim, vec FROM embeddings WHERE model=? AND key IN "
+                    f"({','.join('?' * len(keys))})", (self.model, *keys)).fetchall()
+            stored = {(k, sha): (dim, vec) for k, sha, dim, vec in rows}
+            for i in chunk:
+                hit = stored.get((items[i][0], shas[i]))
+                if hit:
+                    found[i] = self._remember(items[i][0], shas[i], np.frombuffer(hit[1], dtype=np.float32,
+                                                                                  count=hit[0]))
         todo = [i for i in range(len(items)) if i not in found]
         self.hits += len(found)
         self.misses += len(todo)
