@@ -167,3 +167,64 @@ def test_run_notebooks_puts_several_notebooks_cells_in_one_scheduler(servers, tm
     assert sum(len(s.requests) for s in servers) == 8  # each of the 4 cells' 2 samples called once
     with pytest.raises(SystemExit, match="unknown notebook"):
         main(["run", "--notebooks", "01_predictoin", "--config", "demo", "--set", overrides])
+
+
+def test_admission_lets_multi_call_samples_in_first_then_arrival_order():
+    import threading
+
+    from balms.experiments.scheduler import Admission
+
+    adm = Admission()
+    adm.set_limit("m", 1)
+    order, started = [], []
+    hold = adm.admitted("m", 1)
+    hold.__enter__()  # the one place is taken
+
+    def sample(name, priority):
+        started.append(name)
+        with adm.admitted("m", priority):
+            order.append(name)
+
+    threads = []
+    for name, prio in [("single-1", 1), ("single-2", 1), ("raptor", 0)]:
+        t = threading.Thread(target=sample, args=(name, prio))
+        t.start()
+        threads.append(t)
+        while name not in started:
+            time.sleep(0.001)
+        time.sleep(0.02)  # queued before the next arrives
+    hold.__exit__(None, None, None)
+    for t in threads:
+        t.join(5)
+    assert order == ["raptor", "single-1", "single-2"]
+
+
+def test_slots_serve_waiters_in_arrival_order_and_pools_start_their_threads():
+    import threading
+
+    from balms.threads import started_pool
+
+    slots = ServerSlots()
+    slots.set_limit("u", 1)
+    first = slots.take(["u"])
+    got = []
+
+    def waiter(i):
+        got.append((i, slots.take(["u"])))
+        slots.give("u")
+
+    threads = []
+    for i in range(20):
+        t = threading.Thread(target=waiter, args=(i,))
+        t.start()
+        threads.append(t)
+        time.sleep(0.005)
+    slots.give(first)
+    for t in threads:
+        t.join(5)
+    assert [i for i, _ in got] == list(range(20)) and slots.peak == {"u": 1}
+
+    pool = started_pool(12, "t")
+    assert len(pool._threads) == 12 and all(t.is_alive() for t in pool._threads)
+    assert pool.submit(lambda: 7).result() == 7 and len(pool._threads) == 12  # an idle thread took it
+    pool.shutdown()
