@@ -162,13 +162,17 @@ class Admission:
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
 
-def _is_local(cfg: ExperimentConfig, cell) -> bool:
+def _kind(cfg: ExperimentConfig, cell) -> str | None:
     from balms.models.registry import UnknownModelError, resolve_spec
 
     try:
-        return resolve_spec(cell.spec.model, cfg.servers).backend in LOCAL_BACKENDS
+        return resolve_spec(cell.spec.model, cfg.servers).backend
     except UnknownModelError:
-        return False
+        return None
+
+
+def _is_local(cfg: ExperimentConfig, cell) -> bool:
+    return _kind(cfg, cell) in LOCAL_BACKENDS
 
 
 class _Gated:
@@ -220,6 +224,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
 
     Cells on an embedded model (LOCAL_BACKENDS) run one after another in one lane beside the others: their
     server is this machine, which gains nothing from two at once and their latencies would count the wait.
+    Claude's cells sent as Message Batches (`cfg.anthropic_batch`) also run one after another, in a lane of
+    their own: one batch at a time, as cell by cell.
     A cell whose every sample failed (balms.experiments.errors.check_cell, unless `cfg.allow_errors`) stops the
     run: no further sample starts (those not started leave no record), the cells in flight finish the samples
     they started, and its error is raised. Under a spending cap the samples it does not allow are not started,
@@ -243,12 +249,16 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
         first_of.setdefault(p, i)
     todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
     local = [i for i in todo if _is_local(cfg, cells[i])]
-    lanes: list[list[int]] = []  # each lane runs its cells in turn; every server cell is a lane of its own
+    # Claude's cells sent as Message Batches (cfg.anthropic_batch): one batch at a time, as cell by cell
+    batched = [i for i in todo if i not in local and cfg.anthropic_batch and _kind(cfg, cells[i]) == "anthropic"]
+    lanes: list[list[int]] = []  # each lane runs its cells in turn; every other server cell is a lane of its own
     for i in todo:
-        if i not in local:
+        if i not in local and i not in batched:
             lanes.append([i])
-        elif i == local[0]:
+        elif local and i == local[0]:
             lanes.append(local)
+        elif batched and i == batched[0]:
+            lanes.append(batched)
     results: list = [None] * len(cells)
     threads_per = [max(1, min(cfg.concurrency, len(c.samples))) for c in cells]
     lane_threads = [max(threads_per[i] for i in lane) for lane in lanes]
