@@ -143,7 +143,7 @@ def test_wheel_installed_non_editable_summarises_pmdata_and_rebuilds_table5(tmp_
     code = ("import json, sys; from balms.data.summary import table5_eval_sets; "
             "print(table5_eval_sets({'pmdata': json.load(open(sys.argv[1]))}).to_json(orient='records'))")
     rows = json.loads(_run([vpy, "-c", code, tmp_path / "pmdata.json"], **run).stdout)
-    assert {r["dataset"] for r in rows} == {"DiversityOne", "PMData", "GLOBEM"}  # every paper row, ours where summarised
+    assert {r["dataset"] for r in rows} == {"DiversityOne", "PMData", "GLOBEM"}  # every paper row
     (row,) = [r for r in rows if r["dataset"] == "PMData"]
     assert row["paper_n_samples"] == 1448 and row["paper_mean_predictor_mae"] == 0.48
     assert all(r["ours_n_samples"] is None for r in rows if r["dataset"] != "PMData")
