@@ -213,7 +213,8 @@ def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order:
             ax.plot(np.append(theta, theta[0]), np.append(vals, vals[0]), marker="o", markersize=3, label=name)
             ax.fill(np.append(theta, theta[0]), np.append(vals, vals[0]), alpha=0.15)
         ax.legend(fontsize=6, loc="upper right", bbox_to_anchor=(1.35, 1.15))
-    fig.suptitle(textwrap.fill(title, 110), fontsize=8)  # one line per ~110 characters, not one wide line
+    # lines of ~110 characters, never breaking a model name ("Qwen2.5-7B-Instruct") at a hyphen
+    fig.suptitle(textwrap.fill(title, 110, break_on_hyphens=False, break_long_words=False), fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -267,7 +267,7 @@ def check(out_dir: Path, backbones: list[str], judge: str, counters: dict) -> li
                      + (" and the judge" if judge in want else ""))
         f810 = idx[idx["artefact"].str.startswith("Figures 8-10 (")]
         need(len(f810) == 3, f"Figures 8-10: a figure per dataset ({len(f810)})")
-    for stem, per_panel in [("fig6_latency_per_system", 3), ("fig4_tier1", 1)] + [
+    for stem, per_panel in [("fig6_latency_per_system", 3), ("fig4_judge_radar", 1)] + [
             (f"fig8_10_latency_{d}", 1) for d in ("diversityone", "pmdata", "globem")]:
         p = figures / f"{stem}.panels.json"
         need(p.exists(), f"{stem}: figure and panel list exist")
