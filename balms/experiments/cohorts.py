@@ -48,8 +48,8 @@ class Cohort:
         return self.tables.source
 
     def mean_for(self, sample_ids) -> dict[str, float]:
-        """The mean predictor's prediction for each given sample id, at any look-back (the same target day has
-        the same prediction whatever its window length: notebook 03's sweep scores the same days)."""
+        """The mean predictor's prediction for each given sample id under THIS cohort's evaluation, matched on the
+        target day (any look-back). Which cohort drew a cell's samples is `mean_predictions`' question."""
         by_target = {k.rsplit("/L", 1)[0]: v for k, v in self.mean_prediction.items()}
         out = {}
         for sid in sample_ids:
