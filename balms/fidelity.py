@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,8 +75,18 @@ def load(path: Path = FIDELITY_FILE) -> list[Row]:
     return rows
 
 
+def _git_tracked(root: Path) -> set[str] | None:
+    """Paths git tracks under `root` (None outside a git checkout, e.g. an installed wheel)."""
+    if not (root / ".git").exists():
+        return None
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True, check=True)
+    return {f for f in out.stdout.split("\0") if f}
+
+
 def unresolved_code(rows: list[Row], root: Path = paths.PROJECT_ROOT) -> list[str]:
-    """Code references that no longer resolve: a missing path, or a `path:text` whose text is not in the file."""
+    """Code references that no longer resolve: a missing path, one git does not track (a clean clone would lack
+    it), or a `path:text` whose text is not in the file."""
+    tracked = _git_tracked(root)
     bad = []
     for r in rows:
         for ref in r.code:
@@ -83,6 +94,9 @@ def unresolved_code(rows: list[Row], root: Path = paths.PROJECT_ROOT) -> list[st
             p = root / rel
             if not p.exists():
                 bad.append(f"{r.id}: {rel} does not exist")
+            elif tracked is not None and rel.rstrip("/") not in tracked \
+                    and not any(f.startswith(rel.rstrip("/") + "/") for f in tracked):
+                bad.append(f"{r.id}: {rel} is not tracked by git (ignored or never added)")
             elif text and (p.is_dir() or text not in p.read_text(encoding="utf-8")):
                 bad.append(f"{r.id}: {text!r} not found in {rel}")
     return bad

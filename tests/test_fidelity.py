@@ -41,6 +41,18 @@ def test_every_code_reference_resolves(rows):
     assert fidelity.unresolved_code(rows) == []
 
 
+def test_an_untracked_or_missing_reference_is_named(tmp_path):
+    """A file that exists only in the working tree (generated, ignored) is absent from a clean clone: refused."""
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "kept.json").write_text("{}")
+    (tmp_path / "local.json").write_text("{}")
+    subprocess.run(["git", "add", "kept.json"], cwd=tmp_path, check=True)
+    row = fidelity.Row(id="r1", detail="d", paper="p", code=["kept.json", "local.json", "gone.json"],
+                       status="option", tests=["t"])
+    assert fidelity.unresolved_code([row], root=tmp_path) == [
+        "r1: local.json is not tracked by git (ignored or never added)", "r1: gone.json does not exist"]
+
+
 def test_book_page_is_the_files_rendering(rows):
     assert fidelity.DOC_FILE.exists(), "run python -m balms.fidelity --write"
     assert fidelity.DOC_FILE.read_text(encoding="utf-8") == fidelity.render(rows), \
