@@ -10,7 +10,7 @@ spec key names its run file.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from balms.experiments.config import ExperimentConfig
@@ -33,6 +33,7 @@ class CellDecl:
     options: str = "{}"  # extra agent options (an ablation's channels, PHIA's executor)
     labels: str = "{}"  # columns the notebook's table groups by ({"channel_set": "fitbit"})
     sample_lookback: int | None = None  # draw target days with this much history (03: the sweep's longest)
+    n_samples: int | None = None  # the first n of the dataset's nested sample order (08's size check); None: n_for
 
     @property
     def extra(self) -> dict:
@@ -115,8 +116,9 @@ def cells_for(notebook: str, cfg: ExperimentConfig) -> list[CellDecl]:
         return list(dict.fromkeys(CellDecl(notebook, "judged", d, s, cfg.models_for(s, [m0])[0], True)
                                   for d in cfg.judged_datasets for m0 in cfg.backbones for s in cfg.judge_systems))
     if notebook == "08_cpu_study":  # besides re-reading 01/02/03/05's cells: the model-size check
-        return _grid(cfg, notebook, "size", datasets=cfg.datasets, systems=cfg.size_systems,
-                     models=cfg.size_backbones) if cfg.size_backbones else []
+        return [replace(c, n_samples=cfg.size_n_samples.get(d))
+                for d in cfg.datasets for c in _grid(cfg, notebook, "size", datasets=[d], systems=cfg.size_systems,
+                                                     models=cfg.size_backbones)] if cfg.size_backbones else []
     return []
 
 

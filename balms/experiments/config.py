@@ -104,6 +104,9 @@ class ExperimentConfig(BaseModel):
     # the model-size check of notebook 08 (the CPU study): the zero-shot cells of the single-call systems among
     # `systems` (registry cost model "single") repeated on each of these backbones, on the same samples
     size_backbones: list[str] = []
+    # per dataset, how many of the zero-shot cells' target days the size check repeats: the first n of the same
+    # nested order, so its days are a subset of the study backbone's and the two compare paired (absent: all)
+    size_n_samples: dict[str, int] = {}
     # ablations (04) and PHIA executors (05)
     ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
@@ -239,6 +242,16 @@ class ExperimentConfig(BaseModel):
                                  f"and a system in {known}")
             if not isinstance(n, int) or n < 0:
                 raise ValueError(f"n_samples_by[{key!r}] = {n!r}: expected an integer >= 0")
+        return v
+
+    @field_validator("size_n_samples")
+    @classmethod
+    def _size_keys(cls, v: dict[str, int]) -> dict[str, int]:
+        for key, n in v.items():
+            if key not in DATASETS:
+                raise ValueError(f"size_n_samples key {key!r}: expected a dataset in {list(DATASETS)}")
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"size_n_samples[{key!r}] = {n!r}: expected an integer >= 1")
         return v
 
     # ------------------------------------------------------------------------------------------ helpers

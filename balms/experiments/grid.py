@@ -178,6 +178,8 @@ def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, k
                 samples_of = {}
             samples_of[key] = drawn
         samples = samples_of[key]
+    elif decl.n_samples is not None:  # a subset of the cell's usual draw: the first n of the same nested order
+        samples = cohort(decl.dataset, cfg).eval_samples(decl.n_samples, cfg.seed, cfg.n_samples)
     return make_cell(cfg, decl.dataset, decl.system, decl.model, cot=decl.cot, lookback=decl.lookback,
                      options=decl.extra or None, samples=samples, key_only=key_only)
 
