@@ -220,18 +220,29 @@ def test_ours_runs_only_where_a_parameter_names_it():
         config.load("demo", horizon_systems=["healthllm", spec.name])
 
 
-def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells():
+def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells_on_nested_days(real_data):
+    """The study's profile as committed: the size cells are the single-call systems' zero-shot cells on the larger
+    backbone, and their days the first `size_n_samples` of the study backbone's own days (so they pair)."""
     from balms.agents.registry import get_system
-    from balms.experiments import config
+    from balms.experiments import config, grid
     from balms.experiments.cells import cells_for
 
-    # the study's planned extension (its profile names it once the runs are in its bundle)
-    cfg = config.load("cpu-study", systems=["healthllm", "rag", "phia", "personal_baseline"],
-                      size_backbones=["qwen2.5-coder-1.5b"])
+    cfg = config.load("cpu-study", raw_root=str(real_data))
+    assert "personal_baseline" in cfg.systems and cfg.size_backbones and cfg.size_n_samples
     size = cells_for("08_cpu_study", cfg)
     assert size and {c.model for c in size} == set(cfg.size_backbones) and not any(c.cot for c in size)
     assert {c.system for c in size} == {s for s in cfg.systems if get_system(s).cost == "single"}
     assert {c.dataset for c in size} == set(cfg.datasets)
+    for c in size:
+        big = grid.build_cell(cfg, c, key_only=True).samples
+        small = grid.eval_samples(cfg, c.dataset, system=c.system)
+        want = cfg.size_n_samples.get(c.dataset)
+        assert len(big) == (want if want else len(small)), c
+        assert {s.sample_id for s in big} <= {s.sample_id for s in small}, c
+    with pytest.raises(config.ConfigError, match="size_n_samples key 'mars'"):
+        config.load("cpu-study", size_n_samples={"mars": 3})
+    with pytest.raises(config.ConfigError, match=r"size_n_samples\['pmdata'\] = 0"):
+        config.load("cpu-study", size_n_samples={"pmdata": 0})
 
 
 def test_balms_prompt_shows_ours_on_a_held_out_day_and_refuses_a_training_day(capsys):
