@@ -83,6 +83,12 @@ def _git_tracked(root: Path) -> set[str] | None:
     return {f for f in out.stdout.split("\0") if f}
 
 
+def _is_tracked(p: Path, root: Path, tracked: set[str]) -> bool:
+    """A tracked file, or a folder holding one; through symlinks (profiles/ is a link to balms/profiles/)."""
+    rel = p.resolve().relative_to(root.resolve()).as_posix()
+    return rel in tracked or any(f.startswith(rel + "/") for f in tracked)
+
+
 def unresolved_code(rows: list[Row], root: Path = paths.PROJECT_ROOT) -> list[str]:
     """Code references that no longer resolve: a missing path, one git does not track (a clean clone would lack
     it), or a `path:text` whose text is not in the file."""
@@ -94,8 +100,7 @@ def unresolved_code(rows: list[Row], root: Path = paths.PROJECT_ROOT) -> list[st
             p = root / rel
             if not p.exists():
                 bad.append(f"{r.id}: {rel} does not exist")
-            elif tracked is not None and rel.rstrip("/") not in tracked \
-                    and not any(f.startswith(rel.rstrip("/") + "/") for f in tracked):
+            elif tracked is not None and not _is_tracked(p, root, tracked):
                 bad.append(f"{r.id}: {rel} is not tracked by git (ignored or never added)")
             elif text and (p.is_dir() or text not in p.read_text(encoding="utf-8")):
                 bad.append(f"{r.id}: {text!r} not found in {rel}")
