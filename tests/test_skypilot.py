@@ -1,0 +1,165 @@
+"""Several nodes with SkyPilot (issue 27): the committed task files are what `balms deploy skypilot` writes from the
+registry, they cover exactly the paper profile's vLLM models under the ids balms routes by, SkyPilot's own schema
+objects accept them (and refuse a misspelt key), and balms drives the endpoint shape SkyPilot exposes: one
+endpoint per model, given as `sky serve status --endpoint` (`http://host:port`) or `sky status --endpoint`
+(`host:port`) print it, each model's calls reaching only its own endpoint.
+
+SkyPilot lives in its own venv (requirements/sky.txt, `make install-sky`, part of `make install`): where it is not
+installed the parse test is skipped, except under CI (CI=true), where it fails: CI installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from balms import deploy_cli
+from balms.cli import main as balms_main
+from balms.experiments.config import ExperimentConfig, load
+from balms.models import routing
+from balms.models.registry import MODELS, spec
+from fake_servers import AnsweringOpenAIServer
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ROOT / "deploy" / "skypilot"
+# what the paper profile sends to vLLM: four backbones (Table 3) and the judge (Figure 4), by their served ids
+PAPER_VLLM = {"Qwen/Qwen2.5-7B-Instruct": 1, "mistralai/Mistral-7B-Instruct-v0.3": 1, "Qwen/Qwen2.5-14B-Instruct": 2,
+              "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": 2, "meta-llama/Llama-3.3-70B-Instruct": 4}
+
+
+def task_paths() -> list[Path]:
+    return sorted(TASKS.rglob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load("paper")
+
+
+def sky_python() -> str | None:
+    for cand in (os.environ.get("BALMS_SKY_PYTHON"), str(ROOT / ".venv-sky" / "bin" / "python")):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def test_committed_tasks_are_what_the_generator_writes(paper, tmp_path):
+    assert deploy_cli.drift(TASKS, paper) == []
+    # the check sees an edit and a stray file, and says so through the command line
+    shutil.copytree(TASKS, tmp_path / "t", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    one = tmp_path / "t" / "qwen2-5-7b-instruct.yaml"
+    one.write_text(one.read_text().replace("TP: '1'", "TP: '2'"))
+    (tmp_path / "t" / "stray.yaml").write_text("run: echo\n")
+    assert deploy_cli.drift(tmp_path / "t", paper) == [
+        "stray.yaml: not generated (no such model in profile 'paper')",
+        "qwen2-5-7b-instruct.yaml: differs from the generator's output"]
+    assert balms_main(["deploy", "skypilot", "--profile", "paper", "--out", str(tmp_path / "t"), "--check"]) == 1
+    assert balms_main(["deploy", "skypilot", "--profile", "paper", "--out", str(tmp_path / "t")]) == 0
+    assert deploy_cli.drift(tmp_path / "t", paper) == []
+
+
+def test_tasks_cover_exactly_the_paper_profiles_vllm_models(paper):
+    # from the profile's fields, not the generator's walk over the declared cells
+    names = [*paper.backbones, paper.horizon_model, paper.judge_model]
+    want = {spec(n).model_id: spec(n).tensor_parallel for n in names if spec(n).backend == "openai"}
+    assert want == PAPER_VLLM
+    got = {}
+    for p in task_paths():
+        t = yaml.safe_load(p.read_text())
+        mid = t["envs"]["MODEL_ID"]
+        got[mid] = int(t["envs"]["TP"])
+        assert '--served-model-name "$MODEL_ID"' in t["run"] and '--tensor-parallel-size "$TP"' in t["run"]
+        assert set(t["resources"]["accelerators"].values()) == {got[mid]}  # GPUs = tensor parallel
+        assert (p.parent.name == "judge") == (MODELS[paper.judge_model].model_id == mid)
+        assert ("--reasoning-parser" in t["run"]) == any(s.model_id == mid and s.is_reasoning for s in MODELS.values())
+    assert got == PAPER_VLLM
+
+
+def test_skypilot_parses_every_task_with_its_own_schema(tmp_path):
+    py = sky_python()
+    if py is None:
+        msg = "SkyPilot not installed (make install-sky, or BALMS_SKY_PYTHON=/path/to/python with skypilot)"
+        if os.environ.get("CI"):
+            pytest.fail(msg + ": CI installs it, so its absence is an install failure")
+        pytest.skip(msg)
+    bad = tmp_path / "misspelt.yaml"
+    bad.write_text((TASKS / "qwen2-5-7b-instruct.yaml").read_text().replace("accelerators:", "acelerators:"))
+    paths = [str(p) for p in task_paths()] + [str(bad)]
+    r = subprocess.run([py, str(TASKS / "check.py"), *paths], capture_output=True, text=True, timeout=300)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1, r.stderr  # the misspelt file, and only it
+    by_path = {t["path"]: t for t in out["tasks"]}
+    assert "did you mean 'accelerators'" in by_path.pop(str(bad))["error"]
+    assert out["skypilot"] == "0.14.1"
+    parsed = {}
+    for t in by_path.values():
+        assert "error" not in t, t
+        mid, tp = t["envs"]["MODEL_ID"], int(t["envs"]["TP"])
+        parsed[mid] = tp
+        assert t["name"] == deploy_cli.service_name(next(s.name for s in MODELS.values() if s.model_id == mid))
+        assert t["accelerators"] == [["A6000", tp], ["L40S", tp]]
+        assert t["ports"] == ["8000"] and "--port 8000" in t["run"]
+        assert t["readiness_path"] == "/v1/models" and t["replicas"][0] == 1
+        assert t["envs"]["MAX_NUM_SEQS"] == str(ExperimentConfig().server_slots)
+        assert t["secrets"] == ["HF_TOKEN"]
+    assert parsed == PAPER_VLLM
+
+
+def test_endpoint_urls_take_what_sky_prints():
+    assert deploy_cli.endpoint_urls(["1.2.3.4:8000", "http://5.6.7.8:30001/", "https://x.example/v1",
+                                     "1.2.3.4:8000,9.9.9.9:8000"]) == [
+        "http://1.2.3.4:8000/v1", "http://5.6.7.8:30001/v1", "https://x.example/v1", "http://9.9.9.9:8000/v1"]
+
+
+@pytest.fixture()
+def endpoints(paper):
+    """One strict server per paper backbone served by vLLM: the shape one SkyPilot task per model exposes."""
+    backbones = [s for s in deploy_cli.served_models(paper) if s.role != "judge"]
+    srvs = {s.name: AnsweringOpenAIServer(models=[s.model_id], strict=True).start() for s in backbones}
+    routing.forget()
+    yield srvs
+    routing.forget()
+    for s in srvs.values():
+        s.stop()
+
+
+def test_balms_routes_each_model_to_its_own_endpoint(endpoints, tmp_path, monkeypatch, real_data, capsys):
+    from balms.experiments.grid import make_cell
+    from balms.experiments.scheduler import run_cells
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.delenv("BALMS_VLLM_BASE_URLS", raising=False)
+    srvs = list(endpoints.values())
+    # half as `sky status --endpoint 8000 NAME` prints them (host:port), half as `sky serve status --endpoint`
+    printed = [s.url.removeprefix("http://") if i % 2 else s.url for i, s in enumerate(srvs)]
+
+    assert balms_main(["deploy", "endpoints", "--profile", "paper", *printed[:-1]]) == 1  # one backbone unserved
+    last = list(endpoints)[-1]
+    assert f"MISSING {last}: no endpoint serves it" in capsys.readouterr().out
+    assert balms_main(["deploy", "endpoints", "--profile", "paper", *printed]) == 0
+    export = capsys.readouterr().out.strip().splitlines()[-1]
+    urls = export.removeprefix("export BALMS_VLLM_BASE_URLS=").split(",")
+    assert urls == [s.url + "/v1" for s in srvs]
+    assert balms_main(["deploy", "endpoints", "--profile", "paper", "--judge", *printed]) == 1  # phase 2 not up
+
+    cfg = ExperimentConfig(profile="sky", datasets=["pmdata"], systems=["healthllm"], backbones=list(endpoints),
+                           n_samples=2, seed=0, lookback=3, concurrency=8, servers=urls)
+    res = run_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", m) for m in cfg.backbones], progress=False)
+    recs = [r for cell in res.records for r in cell]
+    assert len(recs) == 2 * len(endpoints) and not any(r.error for r in recs)
+    for name, s in endpoints.items():  # each model's calls went to its own endpoint, and only there
+        assert [p["model"] for p in s.requests] == [spec(name).model_id] * 2, name
+    # and an endpoint refuses a model it does not serve, as vLLM does
+    a, b = srvs[0], srvs[1]
+    r = httpx.post(a.url + "/v1/chat/completions", timeout=10,
+                   json={"model": b.models[0], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert r.status_code == 404 and b.models[0] in r.text
