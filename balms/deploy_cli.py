@@ -146,13 +146,20 @@ def endpoint_urls(endpoints) -> list[str]:
     return out
 
 
-def _skypilot(args) -> int:
+def _profile(name: str):
+    """The profile's config, or None after saying why it cannot be loaded."""
     from balms.experiments.config import ConfigError, load
 
     try:
-        cfg = load(args.profile)
+        return load(name)
     except ConfigError as exc:
         print(f"balms deploy: {exc}", file=sys.stderr)
+        return None
+
+
+def _skypilot(args) -> int:
+    cfg = _profile(args.profile)
+    if cfg is None:
         return 2
     out = Path(args.out)
     if args.check:
@@ -174,13 +181,10 @@ def _skypilot(args) -> int:
 
 
 def _endpoints(args) -> int:
-    from balms.experiments.config import ConfigError, load
     from balms.models.discovery import discover
 
-    try:
-        cfg = load(args.profile)
-    except ConfigError as exc:
-        print(f"balms deploy: {exc}", file=sys.stderr)
+    cfg = _profile(args.profile)
+    if cfg is None:
         return 2
     urls = endpoint_urls(args.endpoint)
     infos = discover(urls, refresh=True)

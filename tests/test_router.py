@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 import strict_llama_server as sls
+from conftest import side_venv_tool
 
 from balms.models import routing
 from balms.models.base import BackendError, GenParams, Message
@@ -43,12 +44,7 @@ def litellm_bin() -> str | None:
 @pytest.fixture(scope="module")
 def router(tmp_path_factory):
     """Two strict llama.cpp servers (A serves Qwen2.5-7B's id, B Mistral-7B's) behind one LiteLLM proxy."""
-    exe = litellm_bin()
-    if exe is None:
-        msg = "LiteLLM proxy not installed (make install-router, or BALMS_LITELLM_BIN=/path/to/litellm)"
-        if os.environ.get("CI"):
-            pytest.fail(msg + ": CI installs it, so its absence is an install failure")
-        pytest.skip(msg)
+    exe = side_venv_tool(litellm_bin(), "LiteLLM proxy (make install-router, or BALMS_LITELLM_BIN=/path/to/litellm)")
     d = tmp_path_factory.mktemp("router")
     procs = []
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from conftest import side_venv_tool
 
 from balms import deploy_cli
 from balms.cli import main as balms_main
@@ -83,12 +84,7 @@ def test_tasks_cover_exactly_the_paper_profiles_vllm_models(paper):
 
 
 def test_skypilot_parses_every_task_with_its_own_schema(tmp_path):
-    py = sky_python()
-    if py is None:
-        msg = "SkyPilot not installed (make install-sky, or BALMS_SKY_PYTHON=/path/to/python with skypilot)"
-        if os.environ.get("CI"):
-            pytest.fail(msg + ": CI installs it, so its absence is an install failure")
-        pytest.skip(msg)
+    py = side_venv_tool(sky_python(), "SkyPilot (make install-sky, or BALMS_SKY_PYTHON=/path/to/python with it)")
     bad = tmp_path / "misspelt.yaml"
     bad.write_text((TASKS / "qwen2-5-7b-instruct.yaml").read_text().replace("accelerators:", "acelerators:"))
     paths = [str(p) for p in task_paths()] + [str(bad)]
