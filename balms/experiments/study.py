@@ -235,6 +235,10 @@ def power_table(cfg: ExperimentConfig, records: pd.DataFrame, dataset: str, ns=(
 ANSWER = {"agrees": "yes, lower MAE (interval below 0)", "disagrees": "no, higher MAE (interval above 0)"}
 
 
+def _num(r) -> str:
+    return f"{fmt(r.diff)}, 95% CI {fmt(r.ci_low)} to {fmt(r.ci_high)}; n = {r.n}"
+
+
 def ours_sentence(table: pd.DataFrame) -> str:
     """The answer to issue 26's two questions, from the table's verdicts: does the personal baseline beat the mean
     predictor and Health-LLM, and does the larger backbone change any of the paper's claims."""
@@ -243,17 +247,20 @@ def ours_sentence(table: pd.DataFrame) -> str:
                         ("personal_baseline_healthllm", "beat Health-LLM zero-shot")):
         for r in table[table.claim == claim].itertuples():
             out.append(f"{r.dataset}: does the personal baseline (ours) {what}? {ANSWER.get(r.verdict, r.verdict)}"
-                       + (f" ({fmt(r.diff)}, 95% CI {fmt(r.ci_low)} to {fmt(r.ci_high)}; n = {r.n})"
-                          if r.verdict != NOT_RUN else "") + ".")
+                       + (f" ({_num(r)})" if r.verdict != NOT_RUN else "") + ".")
+    for r in table[(table.claim == "personal_baseline_user_mean") & (table.verdict != NOT_RUN)].itertuples():
+        out.append(f"{r.dataset}: the model's answer minus its own anchor alone (the per-user training mean): "
+                   f"{_num(r)}.")
     size = table[table.claim == "model_size"]
     if len(size):
         ran = size[size.verdict != NOT_RUN]
-        each = ", ".join(f"{r.dataset} {r.system}: {r.verdict}" for r in ran.itertuples())
-        out.append(f"The larger backbone lowers the MAE: {each}." if len(ran) else "Larger backbone: not run.")
+        each = "; ".join(f"{r.dataset} {r.system}: {ANSWER.get(r.verdict, r.verdict)} ({_num(r)})"
+                         for r in ran.itertuples())
+        out.append(f"Does the larger backbone lower the MAE? {each}." if len(ran) else "Larger backbone: not run.")
         bigs = {m.split(" - ")[0] for m in ran.model} if len(ran) else set()
         mp = table[(table.claim == "mean_predictor") & table.model.isin(bigs)]
         if len(mp):
             out.append("The paper's mean-predictor claim on the larger backbone: "
-                       + ", ".join(f"{r.dataset} {r.system}: {r.verdict}" for r in mp.itertuples()) + ".")
+                       + "; ".join(f"{r.dataset} {r.system} {r.verdict} ({_num(r)})" for r in mp.itertuples()) + ".")
     return " ".join(out) or "No comparison of ours in this table."
 
