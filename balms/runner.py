@@ -381,12 +381,26 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
         own = executor is None
         pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") if own else executor
         with pool if own else contextlib.nullcontext():
-            futures = [pool.submit(_predict, agent, wrapped, s, tables) for s in todo]
-            order = {f: i for i, f in enumerate(futures)}
-            pending = set(futures)
+            # at most `concurrency` samples in the pool at once, also in a shared one (the scheduler's): a cell
+            # never holds more of its threads, so no cell's samples queue behind another cell's
+            queue = iter(enumerate(todo))
+            futures, order, pending = [], {}, set()
+
+            def submit_next() -> None:
+                for i, s in queue:
+                    f = pool.submit(_predict, agent, wrapped, s, tables)
+                    futures.append(f)
+                    order[f] = i
+                    pending.add(f)
+                    return
+
+            for _ in range(max(1, concurrency)):
+                submit_next()
             try:
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for _ in finished:
+                        submit_next()
                     recs = [f.result() for f in sorted(finished, key=order.__getitem__)]
                     recs = [r for r in recs if r is not None]  # NotStarted: no record, still to do
                     for r in recs:
