@@ -267,3 +267,22 @@ def test_slots_serve_waiters_in_arrival_order_and_pools_start_their_threads():
     assert len(pool._threads) == 12 and all(t.is_alive() for t in pool._threads)
     assert pool.submit(lambda: 7).result() == 7 and len(pool._threads) == 12  # an idle thread took it
     pool.shutdown()
+
+
+def test_lanes_batch_only_claudes_single_call_cells_one_at_a_time():
+    """With anthropic_batch, Claude's Health-LLM and RAG cells share one lane (one batch at a time); its RAPTOR and
+    PHIA cells (direct calls) are lanes of their own beside the servers' cells; embedded models share a lane."""
+    from types import SimpleNamespace
+
+    from balms.experiments.scheduler import plan_lanes
+
+    def cell(system, model):
+        return SimpleNamespace(spec=SimpleNamespace(system=system, model=model))
+
+    systems = ["healthllm", "rag", "raptor", "phia"]
+    cells = ([cell(s, "Claude-Haiku-4.5") for s in systems] + [cell(s, "Qwen2.5-7B-Instruct") for s in systems]
+             + [cell(s, "qwen2.5-coder-0.5b") for s in systems[:2]])
+    cfg = ExperimentConfig(profile="lanes", anthropic_batch=True)
+    todo = list(range(len(cells)))
+    assert plan_lanes(cfg, cells, todo) == [[0, 1], [2], [3], [4], [5], [6], [7], [8, 9]]
+    assert plan_lanes(cfg.replace(anthropic_batch=False), cells, todo) == [[i] for i in range(8)] + [[8, 9]]

@@ -211,6 +211,27 @@ class _Gated:
         return rec
 
 
+def plan_lanes(cfg: ExperimentConfig, cells: Sequence, todo: Sequence[int]) -> list[list[int]]:
+    """Lanes of cell indices, each run in turn, all lanes at once: the cells on embedded models (LOCAL_BACKENDS)
+    share one lane; Claude's cells sent as Message Batches (`cfg.anthropic_batch` and a batchable system, as
+    balms.experiments.batching.prefetch_cell decides) share another, one batch at a time as cell by cell; every
+    other cell is a lane of its own, Claude's multi-call cells (RAPTOR, PHIA: direct calls) included."""
+    from balms.agents.registry import get_system
+
+    local = [i for i in todo if _is_local(cfg, cells[i])]
+    batched = [i for i in todo if i not in local and cfg.anthropic_batch and cfg.cache_mode == "rw"
+               and _kind(cfg, cells[i]) == "anthropic" and get_system(cells[i].spec.system).batchable]
+    lanes: list[list[int]] = []
+    for i in todo:
+        if i not in local and i not in batched:
+            lanes.append([i])
+        elif local and i == local[0]:
+            lanes.append(local)
+        elif batched and i == batched[0]:
+            lanes.append(batched)
+    return lanes
+
+
 def cell_records(path, cell) -> list[PredictionRecord]:
     """The cell's records on disk, in its sample order (a sample without a record is left out)."""
     from balms.runner import load_records
@@ -224,8 +245,10 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
 
     Cells on an embedded model (LOCAL_BACKENDS) run one after another in one lane beside the others: their
     server is this machine, which gains nothing from two at once and their latencies would count the wait.
-    Claude's cells sent as Message Batches (`cfg.anthropic_batch`) also run one after another, in a lane of
-    their own: one batch at a time, as cell by cell.
+    Claude's cells sent as Message Batches (`cfg.anthropic_batch`: its single-call cells) also run one after
+    another, in a lane of their own: one batch at a time, as cell by cell (plan_lanes). Its RAPTOR and PHIA cells
+    make direct calls and run beside the others (in the paper dry run they queued behind the batches' polls and
+    were the last 3 minutes of notebook 01).
     A cell whose every sample failed (balms.experiments.errors.check_cell, unless `cfg.allow_errors`) stops the
     run: no further sample starts (those not started leave no record), the cells in flight finish the samples
     they started, and its error is raised. Under a spending cap the samples it does not allow are not started,
@@ -248,17 +271,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     for i, p in enumerate(paths):
         first_of.setdefault(p, i)
     todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
-    local = [i for i in todo if _is_local(cfg, cells[i])]
-    # Claude's cells sent as Message Batches (cfg.anthropic_batch): one batch at a time, as cell by cell
-    batched = [i for i in todo if i not in local and cfg.anthropic_batch and _kind(cfg, cells[i]) == "anthropic"]
-    lanes: list[list[int]] = []  # each lane runs its cells in turn; every other server cell is a lane of its own
-    for i in todo:
-        if i not in local and i not in batched:
-            lanes.append([i])
-        elif local and i == local[0]:
-            lanes.append(local)
-        elif batched and i == batched[0]:
-            lanes.append(batched)
+    lanes = plan_lanes(cfg, cells, todo)
+    local = next((lane for lane in lanes if _is_local(cfg, cells[lane[0]])), [])
     results: list = [None] * len(cells)
     threads_per = [max(1, min(cfg.concurrency, len(c.samples))) for c in cells]
     lane_threads = [max(threads_per[i] for i in lane) for lane in lanes]
