@@ -218,7 +218,7 @@ bench-roles: ## Embedded models per agent role on real prompts: parse, code-bloc
 	$(PY) bench/bench_roles.py --out bench/roles.json
 
 bench-scale: ## Paper notebook-01 grid, scheduler vs server-bound minimum on 4/8/16 simulated vLLM servers (bench/scale.json)
-	$(PY) bench/bench_scale.py --servers 4,8,16 --samples 16 --compression-4 160 --out bench/scale.json
+	$(PY) bench/bench_scale.py --servers 4,8,16 --samples 16 --compression-4 20 --out bench/scale.json
 
 bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct overall scores, s per rationale
 	$(PY) bench/bench_judge.py --out bench/judge.json

@@ -317,3 +317,12 @@ class CellSpec(BaseModel):
     @classmethod
     def from_json(cls, text: str) -> "CellSpec":
         return cls.model_validate_json(text)
+
+
+def describe_cell(spec: CellSpec, options: dict | None = None) -> str:
+    """One line naming a cell, for progress output: "pmdata rag qwen2.5-coder-0.5b zs L14 [channels=...]"."""
+    extra = " ".join(f"{k}={v}" for k, v in (options or {}).items())
+    if len(extra) > 60:
+        extra = extra[:57] + "..."
+    return " ".join(x for x in (spec.dataset, spec.system, spec.model, "cot" if spec.cot else "zs",
+                                f"L{spec.lookback}", extra) if x)

@@ -3,6 +3,7 @@
     balms run --dataset pmdata --system healthllm --model qwen2.5-coder-1.5b --n 10 --cot
     balms run --dataset globem --system phia --model Qwen2.5-14B-Instruct --option executor=improved --n 0
     balms run --spec runs/demo/pmdata/<run>.manifest.json     # re-run any cell from its manifest (or spec JSON)
+    balms run --notebooks 01_prediction,02_cot --config paper   # several notebooks' cells in one scheduler
 """
 
 from __future__ import annotations
@@ -40,9 +41,34 @@ def _spec_of(path: str):
         raise SystemExit(f"balms run --spec {path}: not a cell spec: {exc}") from None
 
 
+def _notebooks(args) -> int:
+    """Every cell of the named notebooks in one scheduler, into the profile's own runs (where they read them)."""
+    from balms.experiments.config import ConfigError, load, parse_cli_overrides
+    from balms.experiments.grid import run_notebooks
+
+    try:
+        given = {"cache_mode": args.cache_mode, "concurrency": args.concurrency, "raw_root": args.raw}
+        cfg = load(args.config, **({k: v for k, v in given.items() if v is not None} | parse_cli_overrides(args.set)))
+    except ConfigError as exc:
+        raise SystemExit(f"balms run: {exc}") from None
+    if args.profile:
+        cfg = cfg.replace(profile=args.profile)
+    try:
+        df = run_notebooks(cfg, [nb.strip() for nb in args.notebooks.split(",") if nb.strip()])
+    except ValueError as exc:
+        raise SystemExit(f"balms run --notebooks: {exc}") from None
+    counts = df.groupby("status").size().to_dict() if len(df) else {}
+    print(json.dumps({"profile": cfg.profile, "records": len(df), "by_status": counts}) if args.json else
+          f"{len(df)} records in runs/{cfg.profile}/: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 0
+
+
 def _run(args) -> int:
     from balms import experiments as ex
 
+    if args.notebooks:
+        return _notebooks(args)
+    args.profile = args.profile or "cli"
     if args.spec:
         cfg = ex.load(args.config, cache_mode=args.cache_mode, concurrency=args.concurrency, raw_root=args.raw)
         cell = ex.Cell.from_spec(_spec_of(args.spec), cfg.replace(profile=args.profile))
@@ -95,7 +121,11 @@ def register(sub) -> None:
     p.add_argument("--option", action="append", default=[], help="agent option key=value (JSON values allowed)")
     p.add_argument("--max-iters", type=int, default=None, help="PHIA iteration budget")
     p.add_argument("--config", default="demo", help="profile whose budgets to use (profiles/<name>.yaml)")
-    p.add_argument("--profile", default="cli", help="runs/<profile>/ folder for the records")
+    p.add_argument("--profile", default=None, help="runs/<profile>/ folder for the records (default: cli; with "
+                   "--notebooks the --config profile's own, where its notebooks read them)")
+    p.add_argument("--notebooks", default=None, help="comma-separated notebooks (01_prediction,02_cot): all their "
+                   "cells at once, every server busy (balms.experiments.scheduler)")
+    p.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P), with --notebooks")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--cache-mode", default=None, choices=["rw", "replay", "off"])
     p.add_argument("--concurrency", type=int, default=None)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import inspect
 import json
 import os
 import platform
@@ -280,16 +281,18 @@ def _stats(backend) -> dict:
 
 def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
                 timeout_s: float | None = 600.0, retries: int = 4, progress: bool = True,
-                manifest_extra: dict | None = None, retry_errors: bool = True, spec=None) -> RunResult:
+                manifest_extra: dict | None = None, retry_errors: bool = True, spec=None,
+                executor: ThreadPoolExecutor | None = None) -> RunResult:
     """Run `agent.predict(sample, tables, backend)` for every sample without a result in `out_path`; see module doc.
 
     `retry_errors`: records with status "error" are not results and are run again (False: kept as they are).
-    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written."""
+    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written. `executor`: run the
+    samples on this pool (the scheduler's, shared by every cell) instead of one of `concurrency` threads."""
     out_path = Path(out_path)
     with cell_lock(out_path, progress=progress):
         return _run_locked(agent, backend, samples, tables, out_path, concurrency=concurrency, timeout_s=timeout_s,
                            retries=retries, progress=progress, manifest_extra=manifest_extra,
-                           retry_errors=retry_errors, spec=spec)
+                           retry_errors=retry_errors, spec=spec, executor=executor)
 
 
 def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
@@ -305,7 +308,7 @@ def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
 
 
 def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency, timeout_s, retries, progress,
-                manifest_extra, retry_errors, spec) -> RunResult:
+                manifest_extra, retry_errors, spec, executor=None) -> RunResult:
     from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
 
     mpath = manifest_path_for(out_path)
@@ -341,12 +344,13 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
     wrapped = RetryingBackend(backend, retries=0 if inner else retries, timeout_s=timeout_s)
     session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_errors_retried": n_retried,
                                "n_new": 0, "n_errors_new": 0}
+    base = type(inspect.unwrap(agent))  # the agent's own class, not the scheduler's gate around it
     manifest: dict[str, Any] = {
         "run_file": str(out_path),
         "status": "running",
         "cell": None if spec is None else spec.model_dump(mode="json") | {"key": spec.key()},
         "agent": {"name": getattr(agent, "name", type(agent).__name__), "cot": getattr(agent, "cot", None),
-                  "class": f"{type(agent).__module__}.{type(agent).__qualname__}",
+                  "class": f"{base.__module__}.{base.__qualname__}",
                   "options": _agent_options(agent)},
         "model": {"name": getattr(backend, "name", None), "model_id": backend.model_id,
                   "backend": type(getattr(backend, "backend", backend)).__name__,
@@ -374,13 +378,29 @@ def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency,
                file=sys.stderr, mininterval=0.1 if tty else 10.0)
     status = "incomplete"
     try:
-        with ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") as pool:
-            futures = [pool.submit(_predict, agent, wrapped, s, tables) for s in todo]
-            order = {f: i for i, f in enumerate(futures)}
-            pending = set(futures)
+        own = executor is None
+        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") if own else executor
+        with pool if own else contextlib.nullcontext():
+            # at most `concurrency` samples in the pool at once, also in a shared one (the scheduler's): a cell
+            # never holds more of its threads, so no cell's samples queue behind another cell's
+            queue = iter(enumerate(todo))
+            futures, order, pending = [], {}, set()
+
+            def submit_next() -> None:
+                for i, s in queue:
+                    f = pool.submit(_predict, agent, wrapped, s, tables)
+                    futures.append(f)
+                    order[f] = i
+                    pending.add(f)
+                    return
+
+            for _ in range(max(1, concurrency)):
+                submit_next()
             try:
                 while pending:
                     finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for _ in finished:
+                        submit_next()
                     recs = [f.result() for f in sorted(finished, key=order.__getitem__)]
                     recs = [r for r in recs if r is not None]  # NotStarted: no record, still to do
                     for r in recs:

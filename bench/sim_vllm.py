@@ -91,11 +91,13 @@ class SimServer:
     first_t: float | None = None
     last_t: float | None = None
     sem: asyncio.Semaphore = field(default=None)
+    events: list = field(default_factory=list)  # (arrived, started, ended) monotonic seconds, per request
 
     async def serve(self, payload: dict) -> dict:
         p, c = tokens_of(payload)
         s = (self.fixed_s * self.compression if self.fixed_s is not None
              else service_s(p, c, self.prefill_tps, self.decode_tps, self.batch))
+        arrived = time.monotonic()
         async with self.sem:
             self.in_service += 1
             self.peak = max(self.peak, self.in_service)
@@ -106,6 +108,7 @@ class SimServer:
             self.n += 1
             self.service_total_s += s
             self.last_t = time.monotonic()
+            self.events.append((arrived, now, self.last_t))
         return {"id": f"sim-{self.n}", "object": "chat.completion", "model": self.model_id,
                 "choices": [{"index": 0, "finish_reason": "stop",
                              "message": {"role": "assistant", "content": reply_for(payload)}}],
@@ -114,10 +117,11 @@ class SimServer:
     def stats(self) -> dict:
         return {"model": self.model_id, "n": self.n, "service_total_s": self.service_total_s, "peak": self.peak,
                 "batch": self.batch, "busy_span_s": (self.last_t - self.first_t) if self.first_t else 0.0,
-                "prefill_tps": self.prefill_tps, "decode_tps": self.decode_tps}
+                "prefill_tps": self.prefill_tps, "decode_tps": self.decode_tps, "events": self.events}
 
     def reset(self) -> None:
         self.n, self.service_total_s, self.peak, self.first_t, self.last_t = 0, 0.0, 0, None, None
+        self.events = []
 
 
 async def _handle(sim: SimServer, reader, writer) -> None:

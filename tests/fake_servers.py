@@ -64,6 +64,7 @@ class FakeServerBase:
         self.peak_in_flight = 0
         self.busy: list[tuple[float, float]] = []
         self.n_gets = 0  # GET /v1/models requests (routing asks once per process)
+        self.on_request = None  # called with (server, payload) before each POST is answered (tests: hold one)
         self.fault_log: list[str] = []
         self.lock = threading.Lock()
         self.httpd = _Server(("127.0.0.1", 0), self._handler())
@@ -151,6 +152,8 @@ class FakeServerBase:
                                      "type": "NotFoundError", "code": 404}}
                     self._send(404, json.dumps(err).encode())
                     return
+                if server.on_request is not None:
+                    server.on_request(server, payload)
                 fault = server.next_fault()
                 if fault == "ok":
                     fault = None
@@ -399,7 +402,7 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
 
     def _batch_obj(self, bid: str) -> dict:
         b = self.batches[bid]
-        ended = b["polls"] >= self.polls_to_end
+        ended = b["polls"] >= self.polls_to_end and b["lines"] is not None  # and its answers are all made
         counts = {"processing": 0 if ended else len(b["requests"]), "succeeded": 0, "errored": 0, "canceled": 0,
                   "expired": 0}
         return {"id": bid, "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
@@ -429,9 +432,7 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
                     bid = parts[4]
                     with server.lock:
                         if len(parts) == 6 and parts[5] == "results":
-                            b = server.batches[bid]
-                            pairs = zip(b["requests"], b["outcomes"], strict=True)
-                            lines = [json.dumps(server._result_line(r, o)) for r, o in pairs]
+                            lines = server.batches[bid]["lines"] or []
                             self._send(200, ("\n".join(lines) + "\n").encode())
                             return
                         server.batches[bid]["polls"] += 1
@@ -449,8 +450,17 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
                         bid = f"msgbatch_{len(server.batches) + 1:04d}"
                         reqs = payload["requests"]
                         outs = [server.outcomes.popleft() if server.outcomes else "succeeded" for _ in reqs]
-                        server.batches[bid] = {"requests": reqs, "outcomes": outs, "polls": 0}
+                        server.batches[bid] = {"requests": reqs, "outcomes": outs, "polls": 0, "lines": None}
                         body = server._batch_obj(bid)
+
+                    def process(b=server.batches[bid]):  # answered in the background, as the real API does:
+                        # a poll never waits for the answers (they may come from a busy stand-in server)
+                        lines = [json.dumps(server._result_line(r, o))
+                                 for r, o in zip(b["requests"], b["outcomes"], strict=True)]
+                        with server.lock:
+                            b["lines"] = lines
+
+                    threading.Thread(target=process, daemon=True).start()
                     self._send(200, json.dumps(body).encode())
                     return
                 with server.lock:

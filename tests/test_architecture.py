@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "balms.codegraph": 0,
     "balms.paper": 0,
     "balms.stores": 0,
+    "balms.threads": 0,
     "balms.fidelity": 0,
     "balms.data": 1,
     "balms.jsonl_store": 1,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from balms.experiments.budget import call_usage, spend_of
+from balms.experiments.budget import SpendingCapReached, call_usage, spend_of
 from balms.experiments.config import ExperimentConfig
-from balms.experiments.grid import make_cell
+from balms.experiments.grid import make_cell, run_grid
 from balms.experiments.plan import THROUGHPUT
 from balms.experiments.scheduler import record_content, run_cells
 from balms.records import PredictionRecord, Step
@@ -28,9 +28,13 @@ def servers():
         s.stop()
 
 
+def _cfg(servers, **kw):
+    return ExperimentConfig(profile="cap", datasets=["pmdata"], systems=["healthllm"], backbones=list(MODELS),
+                            n_samples=4, seed=0, lookback=3, concurrency=4, servers=[s.url for s in servers], **kw)
+
+
 def _run(servers, **kw):
-    cfg = ExperimentConfig(profile="cap", datasets=["pmdata"], systems=["healthllm"], backbones=list(MODELS),
-                           n_samples=4, seed=0, lookback=3, concurrency=4, servers=[s.url for s in servers], **kw)
+    cfg = _cfg(servers, **kw)
     cells = [make_cell(cfg, "pmdata", "healthllm", m) for m in cfg.backbones]
     return run_cells(cfg, cells, progress=False)
 
@@ -51,6 +55,8 @@ def test_cap_stops_before_it_keeps_and_resumes_when_raised(servers, tmp_path, mo
 
     same = _run(servers, max_gpu_hours=cap)  # the same cap again: already spent, nothing more
     assert sum(len(recs) for recs in same.records) == 3 and same.stopped
+    with pytest.raises(SpendingCapReached, match="3 of 8 samples done"):  # a notebook's grid stops, saying so
+        run_grid(_cfg(servers, max_gpu_hours=cap))
 
     raised = _run(servers, max_gpu_hours=10 * PER_SAMPLE_H)
     assert raised.stopped is None

@@ -165,7 +165,8 @@ def test_run_grid_announces_each_cell_and_the_runner_bar_on_stderr(env, capsys, 
     lines = [ln for ln in err.splitlines() if "] cell " in ln]
     assert lines == ["[01_prediction] cell 1/2: pmdata healthllm scripted zs L7",
                      "[01_prediction] cell 2/2: pmdata healthllm scripted cot L7"], err
-    assert "healthllm/scripted: 100%" in err and "4/4" in err  # the runner's tqdm bar, on stderr too
+    assert "[01_prediction] scheduler: samples: 100%" in err and "8/8" in err  # the scheduler's bar, on stderr too
+    assert "[01_prediction] scheduler: 2/2 cells done" in err
     monkeypatch.delenv("BALMS_NOTEBOOK")
     ex.run_grid(cfg, cots=(False,), lookbacks=(7,), options={"context": False}, progress=False)
     assert capsys.readouterr().err == ""

@@ -148,7 +148,8 @@ def test_throughput_override_scales_gpu_hours(small_plan, capsys):
 
 
 def test_plan_servers_gives_wall_hours_with_the_scheduler():
-    """--servers: each model's GPU time spread over its servers; the run lasts as long as the busiest model's."""
+    """--servers: each model's GPU time spread over its servers, then the last samples' chain of calls (each a
+    request's time in service at the server's batch); the run lasts as long as the busiest model's."""
     from balms.experiments.plan import THROUGHPUT, schedule_hours, servers_by_model
     from fake_servers import FakeOpenAIServer
 
@@ -157,10 +158,17 @@ def test_plan_servers_gives_wall_hours_with_the_scheduler():
     assert servers == {"Qwen2.5-7B-Instruct": 3, "Qwen2.5-14B-Instruct": 1}
     backbones = {"Qwen2.5-7B-Instruct": {"gpu_hours": 6.0}, "Qwen2.5-14B-Instruct": {"gpu_hours": 4.0},
                  "Claude-Haiku-4.5": {"gpu_hours": 0.0}}
-    got = schedule_hours(backbones, servers, THROUGHPUT)
+    got = schedule_hours(backbones, servers, THROUGHPUT)  # no calls counted: no tail
     gpus14 = THROUGHPUT["14b"]["gpus"]
     assert got["per_model_hours"] == {"Qwen2.5-7B-Instruct": 2.0, "Qwen2.5-14B-Instruct": 4.0 / gpus14}
     assert got["hours"] == max(2.0, 4.0 / gpus14)
+    t7 = THROUGHPUT["7b"]
+    with_calls = {"Qwen2.5-7B-Instruct": {"gpu_hours": 6.0, "calls": 100, "prompt_tokens": 100 * 1000,
+                                          "output_tokens": 100 * 200}}
+    one = 8 * (1000 / t7["prefill"] + 200 / t7["decode"])  # one request in service at a batch of 8
+    got = schedule_hours(with_calls, {"Qwen2.5-7B-Instruct": 3}, THROUGHPUT, slots=8, tail_calls=2)
+    assert got["tail_hours"]["Qwen2.5-7B-Instruct"] == round(2 * one / 3600, 3)
+    assert got["hours"] == round(6.0 / t7["gpus"] / 3 + 2 * one / 3600, 3)
     with pytest.raises(ValueError, match="no server given for Qwen2.5-14B-Instruct"):
         schedule_hours(backbones, {"Qwen2.5-7B-Instruct": 1}, THROUGHPUT)
     with pytest.raises(ValueError, match="unknown model 'nope'"):

@@ -72,15 +72,50 @@ def test_errors_are_apart_from_parse_failures_retried_and_then_scored(env, monke
 
 
 def test_a_cell_whose_samples_all_errored_stops_with_the_first_error(env, monkeypatch):  # noqa: F811
+    """Both cells in flight (the scheduler), one sample at a time each; the RAG cell's first sample is in flight
+    (its call held until the run stops) while every Health-LLM sample fails: that cell fails whole, the run stops,
+    the RAG sample in flight finishes and no further one starts. Ordered by events, not by timing."""
+    import threading
+
+    from balms.experiments import scheduler
+
     cfg, _ = env
+    cfg = cfg.replace(systems=["healthllm", "rag"], concurrency=1)
+    rag_in = threading.Event()
+
+    class Held:
+        def __init__(self, backend, system, stop):
+            self._backend, self._system, self._stop = backend, system, stop
+
+        def __getattr__(self, item):
+            return getattr(self._backend, item)
+
+        def generate(self, messages, params):
+            if self._system == "rag":
+                rag_in.set()
+                self._stop.wait(60)  # held until the failed cell stops the run
+            else:
+                rag_in.wait(60)  # Health-LLM fails only once a RAG sample is in flight
+            return self._backend.generate(messages, params)
+
+    class Ordered(scheduler._Gated):
+        def _predict(self, sample, tables, backend):
+            return super()._predict(sample, tables, Held(backend, self._kind[0], self._stop))
+
+    monkeypatch.setattr(scheduler, "_Gated", Ordered)
     _use(monkeypatch, Failing(10**6))
     with pytest.raises(RunErrors, match=r"cell pmdata healthllm scripted zs L14: all 4 sample\(s\) failed with an "
                                         r"error.*The first error: BackendError \(permanent\): HTTP 400 the model "
                                         r"folder is unusable"):
-        ex.run_grid(cfg.replace(systems=["healthllm", "rag"]))
-    runs = sorted((cfg.runs_root() / "pmdata").glob("*.jsonl"))
-    assert len(runs) == 1  # stopped at the first cell, before the second ran
-    assert {r.status for r in load_records(runs[0])} == {"error"}
+        ex.run_grid(cfg)
+    recs = {p.name.split("__")[0]: load_records(p) for p in (cfg.runs_root() / "pmdata").glob("*.jsonl")}
+    assert len(recs["healthllm"]) == 4 and len(recs["rag"]) == 1  # the one in flight; the other 3 not started
+    assert {r.status for rs in recs.values() for r in rs} == {"error"}
+    monkeypatch.setattr(scheduler, "_Gated", Ordered.__mro__[1])
+    fixed = Scripted()
+    _use(monkeypatch, fixed)
+    df = ex.run_grid(cfg)  # fixed: the errors retried, the rest run
+    assert len(df) == 8 and (df["status"] == "ok").all() and fixed.calls == 8
 
 
 def test_old_records_without_status_still_load():

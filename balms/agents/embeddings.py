@@ -24,6 +24,7 @@ from balms.stores import one_per_key, open_db
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _BATCH = 64
+MEMORY_VECTORS = 200_000  # per store, ~300 MB at MiniLM's 384 dimensions
 _ENCODE_LOCK = threading.Lock()
 
 
@@ -69,6 +70,15 @@ class EmbeddingStore:
             "vec BLOB, PRIMARY KEY (model, key, text_sha))"])
         self.hits = 0
         self.misses = 0
+        # vectors read or computed in this process: every backbone's RAG/RAPTOR cell embeds the same leaves, and a
+        # grid in flight asked SQLite for each one behind one lock (issue 27); bounded, emptied when full
+        self._memory: dict[tuple[str, str], np.ndarray] = {}
+
+    def _remember(self, key: str, sha: str, vec: np.ndarray) -> np.ndarray:
+        if len(self._memory) >= MEMORY_VECTORS:
+            self._memory.clear()
+        self._memory[(key, sha)] = vec
+        return vec
 
     def close(self) -> None:
         self._con.close()
@@ -79,13 +89,24 @@ class EmbeddingStore:
             return np.zeros((0, 0), dtype=np.float32)
         shas = [_sha(t) for _, t in items]
         found: dict[int, np.ndarray] = {}
-        with self._lock:
-            for i, ((key, _), sha) in enumerate(zip(items, shas, strict=True)):
-                row = self._con.execute(
-                    "SELECT dim, vec FROM embeddings WHERE model=? AND key=? AND text_sha=?",
-                    (self.model, key, sha)).fetchone()
-                if row:
-                    found[i] = np.frombuffer(row[1], dtype=np.float32, count=row[0])
+        for i, ((key, _), sha) in enumerate(zip(items, shas, strict=True)):
+            vec = self._memory.get((key, sha))
+            if vec is not None:
+                found[i] = vec
+        missing = [i for i in range(len(items)) if i not in found]
+        for start in range(0, len(missing), 500):  # one query per 500 keys, not one per key, behind the lock
+            chunk = missing[start:start + 500]
+            keys = sorted({items[i][0] for i in chunk})
+            with self._lock:
+                rows = self._con.execute(
+                    f"SELECT key, text_sha, dim, vec FROM embeddings WHERE model=? AND key IN "
+                    f"({','.join('?' * len(keys))})", (self.model, *keys)).fetchall()
+            stored = {(k, sha): (dim, vec) for k, sha, dim, vec in rows}
+            for i in chunk:
+                hit = stored.get((items[i][0], shas[i]))
+                if hit:
+                    found[i] = self._remember(items[i][0], shas[i], np.frombuffer(hit[1], dtype=np.float32,
+                                                                                  count=hit[0]))
         todo = [i for i in range(len(items)) if i not in found]
         self.hits += len(found)
         self.misses += len(todo)
@@ -100,6 +121,8 @@ class EmbeddingStore:
                     [(self.model, items[i][0], shas[i], enc.shape[1], enc[j].tobytes())
                      for j, i in enumerate(todo)])
                 self._con.commit()
+                for j, i in enumerate(todo):
+                    self._remember(items[i][0], shas[i], enc[j])
             for j, i in enumerate(todo):
                 found[i] = enc[j]
         return np.vstack([found[i] for i in range(len(items))])

@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -46,14 +47,17 @@ from balms.agents.rag import MEMORY_SCOPES, user_history
 from balms.data import render
 from balms.data.agent_input import input_lines
 from balms.data.channels import agent_view, select_subday_channels
+from balms.data.memo import TablesMemo
+from balms.data.samples import subday_rows_of
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
 from balms.stores import one_per_key, open_db
+from balms.threads import started_pool
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
-SUMMARY_PARALLEL = 8  # a window's day summaries in flight at once per sample (the servers' slots meter the rest)
+SUMMARY_THREADS = 256  # day summaries in flight at once in the process, all samples together (slots meter servers)
 NO_SUBDAY_NOTE = "(no sub-day records; daily values used as the leaf)"
 
 
@@ -74,7 +78,7 @@ def user_subday(tables: DatasetTables, sample: Sample, start=None) -> pd.DataFra
     sd = tables.subday
     if sd is None or len(sd) == 0:
         return pd.DataFrame(columns=["user", "date", "slot", "slot_index"])
-    sd = sd[sd["user"] == sample.user].copy()
+    sd = subday_rows_of(tables, sample.user).copy()
     sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
     sd = sd[sd["date"] <= pd.Timestamp(sample.window_end)]
     if start is not None:
@@ -82,9 +86,24 @@ def user_subday(tables: DatasetTables, sample: Sample, start=None) -> pd.DataFra
     return sd.sort_values(["date", "slot_index"])
 
 
+_TREES = TablesMemo(maxsize=512)  # leaves and day tables: every backbone's RAPTOR cell builds the same
+
+
+def _hist_key(kind: str, hist: Window) -> tuple:
+    """What a memory window's leaves and day tables depend on: its sample, days and channels."""
+    idx = hist.daily.index
+    return (kind, hist.sample, len(idx), idx.min() if len(idx) else None, idx.max() if len(idx) else None,
+            tuple(c.name for c in hist.channels), tuple(hist.daily.columns))
+
+
 def build_leaves(tables: DatasetTables, hist: Window) -> tuple[dict, int]:
     """Day -> list of leaf texts for every day of `hist`; and the count of all-missing sub-day rows.
-    Sub-day channels follow the daily selection's devices (the wearable-only ablation has no phone leaves)."""
+    Sub-day channels follow the daily selection's devices (the wearable-only ablation has no phone leaves).
+    Shared by every cell (balms.data.memo): read only."""
+    return _TREES.get(tables, _hist_key("leaves", hist), lambda: _build_leaves(tables, hist))
+
+
+def _build_leaves(tables: DatasetTables, hist: Window) -> tuple[dict, int]:
     s = hist.sample
     start = hist.daily.index.min() if len(hist.daily.index) else None
     sd = user_subday(tables, s, start)
@@ -108,7 +127,11 @@ def day_tables(tables: DatasetTables, hist: Window) -> dict:
 
     The summary prompt reads this instead of the self-describing leaf texts: the same numbers in about a
     third of the tokens, which is what makes one summary per (user, day) affordable on a CPU. Days without
-    sub-day rows fall back to their leaf text (the daily row)."""
+    sub-day rows fall back to their leaf text (the daily row). Shared by every cell: read only."""
+    return _TREES.get(tables, _hist_key("days", hist), lambda: _day_tables(tables, hist))
+
+
+def _day_tables(tables: DatasetTables, hist: Window) -> dict:
     s = hist.sample
     start = hist.daily.index.min() if len(hist.daily.index) else None
     sd = user_subday(tables, s, start)
@@ -127,6 +150,14 @@ def day_tables(tables: DatasetTables, hist: Window) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def summary_pool() -> ThreadPoolExecutor:
+    """One pool for every sample's day summaries, its threads started at once (balms.threads): a pool per sample
+    started eight threads per RAPTOR sample, hundreds at once when all cells are in flight (issue 27). A summary
+    never submits to it, so a full pool only queues."""
+    return started_pool(SUMMARY_THREADS, "balms-raptor")
+
+
 class SummaryCache:
     """SQLite cache of day summaries, keyed by (dataset, user, day, model id, leaves hash), with the usage
     (tokens, latency) of the call that wrote each one, so every sample that reuses a summary is charged for it."""
@@ -142,9 +173,14 @@ class SummaryCache:
             "leaves_sha TEXT, summary TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, "
             "PRIMARY KEY (dataset, user, day, model_id, leaves_sha))"],
             add_columns={"summaries": dict(zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True))})
+        self._memory: dict[tuple, tuple[str, dict | None]] = {}
 
     def get(self, key: tuple) -> tuple[str, dict | None] | None:
-        """(summary, usage or None when unknown), or None on a miss."""
+        """(summary, usage or None when unknown), or None on a miss. Summaries this process wrote or read come
+        from memory (every sample of a user reads the same days; all cells in flight queued on the lock)."""
+        hit = self._memory.get(key)
+        if hit is not None:
+            return hit[0], (dict(hit[1]) if hit[1] is not None else None)
         with self._lock:
             row = self._con.execute(
                 "SELECT summary, prompt_tokens, completion_tokens, latency_s FROM summaries WHERE dataset=? "
@@ -152,7 +188,8 @@ class SummaryCache:
         if row is None:
             return None
         usage = dict(zip(self.USAGE, row[1:], strict=True)) if row[3] is not None else None
-        return row[0], usage
+        self._memory[key] = (row[0], usage)
+        return row[0], (dict(usage) if usage is not None else None)
 
     def put(self, key: tuple, summary: str, usage: dict | None = None) -> None:
         u = usage or {}
@@ -160,6 +197,8 @@ class SummaryCache:
             self._con.execute("INSERT OR REPLACE INTO summaries VALUES (?,?,?,?,?,?,?,?,?)",
                               (*key, summary, *(u.get(c) for c in self.USAGE)))
             self._con.commit()
+        # as read back: a usage without latency is unknown
+        self._memory[key] = (summary, {c: u.get(c) for c in self.USAGE} if u.get("latency_s") is not None else None)
 
 
 @one_per_key
@@ -287,7 +326,7 @@ class RaptorAgent(PromptAgentBase):
     def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
                    days: dict, compact: dict, store) -> dict:
         """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
-        (at most SUMMARY_PARALLEL at once) while this thread embeds the leaves, and each day's steps join the
+        (on one pool of the process, `summary_pool`) while this thread embeds the leaves, and each day's steps join the
         transcript in day order, so the record does not depend on which call finished first."""
         subs = {ts: Episode(backend) if episode is not None else None for ts in days}
 
@@ -296,13 +335,12 @@ class RaptorAgent(PromptAgentBase):
             return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
                                self.summary_max_tokens, n_leaves=len(days[ts]))
 
-        with ThreadPoolExecutor(max_workers=max(1, min(SUMMARY_PARALLEL, len(days))),
-                                thread_name_prefix="balms-raptor") as pool:
-            futures = {ts: pool.submit(one, ts) for ts in days}
-            # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
-            store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
-                         for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
-            out = {ts: f.result() for ts, f in futures.items()}
+        pool = summary_pool()
+        futures = {ts: pool.submit(one, ts) for ts in days}
+        # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
+        store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
+                     for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
+        out = {ts: f.result() for ts, f in futures.items()}
         if episode is not None:
             for ts in days:
                 episode.absorb(subs[ts])

@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from balms.data.samples import window_of
+from balms.data.memo import TablesMemo
+from balms.data.samples import subday_rows_of, window_of
 from balms.data.schema import Channel, DatasetTables, Sample, Window
 
 DEVICES = ("wearable", "phone", "self_report")
@@ -88,13 +89,20 @@ def restrict_context(window: Window, tables: DatasetTables, context) -> Window:
     return window
 
 
+_WINDOWS = TablesMemo(maxsize=2048)  # every system and backbone of a grid asks for the same windows
+
+
 def get_window(tables: DatasetTables, sample: Sample, *, context,
                channels: list[Channel] | None) -> Window:
     """The look-back window a prompt shows (never a label, nothing after window_end): the resolved
-    `channels` (None = all daily channels) and the context option applied."""
+    `channels` (None = all daily channels) and the context option applied. Shared (balms.data.memo): read only."""
     names = None if channels is None else [c.name for c in channels]
-    window = window_of(tables, sample, context=bool(context), channels=names)
-    return restrict_context(window, tables, context)
+
+    def make() -> Window:
+        return restrict_context(window_of(tables, sample, context=bool(context), channels=names), tables, context)
+
+    key = (sample, repr(context), None if names is None else tuple(names))
+    return _WINDOWS.get(tables, key, make)
 
 
 # ------------------------------------------------------------------------------------------ prompt styles --
@@ -187,7 +195,7 @@ def user_frames(tables: DatasetTables, window: Window, chans: list[Channel] | No
     frames = {DAILY_FRAME: daily.reset_index()}
     sd = tables.subday
     if sd is not None and len(sd):
-        sd = sd[sd["user"] == s.user].copy()
+        sd = subday_rows_of(tables, s.user).copy()
         sd["date"] = pd.to_datetime(sd["date"]).dt.normalize()
         sd = sd[(sd["date"] >= start) & (sd["date"] <= end)]
         sub_cols = [c.name for c in select_subday_channels(tables, chans) if c.name in sd.columns]

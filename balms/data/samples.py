@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from balms.data.memo import TablesMemo
 from balms.data.registry import dataset_names, get_dataset
 from balms.data.schema import DatasetTables, Sample, Window
 
@@ -216,6 +217,23 @@ def build_samples(
 
 
 # ------------------------------------------------------------------------------------- windows
+_SUBDAY = TablesMemo(maxsize=16)  # one entry per tables object: its sub-day rows split by user
+
+
+def subday_rows_of(tables: DatasetTables, user: str) -> pd.DataFrame:
+    """The user's sub-day rows of `tables.subday`, in table order (read only: callers filter or copy).
+
+    Why: every sample of every cell cut its user out of the whole sub-day table (PMData: ~100k rows) several times
+    (window, RAPTOR's leaves and day tables, PHIA's frames); a grid in flight spent much of its client CPU there
+    (issue 27). Split once per tables object (balms.data.memo)."""
+    sd = tables.subday
+    if sd is None:
+        return pd.DataFrame()
+    per = _SUBDAY.get(tables, "by_user", lambda: dict(iter(sd.groupby("user", sort=False))))
+    rows = per.get(user)
+    return sd.iloc[0:0] if rows is None else rows
+
+
 def window_of(tables: DatasetTables, sample: Sample, *, context: bool = True,
               channels: list[str] | None = None) -> Window:
     """The data an agent may see for `sample`: window days only, no label; same-day context if asked."""
@@ -241,8 +259,8 @@ def window_of(tables: DatasetTables, sample: Sample, *, context: bool = True,
         ctx_channels = list(tables.context_channels)
     sub = None
     if tables.subday is not None:
-        sd = tables.subday
-        m = (sd["user"] == sample.user) & sd["date"].between(dates[0], dates[-1])
+        sd = subday_rows_of(tables, sample.user)
+        m = sd["date"].between(dates[0], dates[-1])
         keep = ["user", "date", "slot", "slot_index",
                 *[c.name for c in tables.subday_channels
                   if channels is None or c.name in channels or c.name in sd.columns]]

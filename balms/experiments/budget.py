@@ -38,7 +38,7 @@ def call_usage(rec: PredictionRecord) -> tuple[int, int]:
 
 def spend_of(rec: PredictionRecord, throughput: dict | None = None) -> tuple[float, float]:
     """(USD, GPU hours) the record's own model calls cost."""
-    from balms.experiments.plan import THROUGHPUT, size_class
+    from balms.experiments.throughput import THROUGHPUT, size_class
     from balms.models.pricing import estimate_cost
     from balms.models.registry import UnknownModelError, spec
 
@@ -121,6 +121,28 @@ class SpendingCap:
                 s[1] += usd
                 s[2] += gpu
 
+    def spend(self, kind, predict):
+        """Run `predict()` (one sample of `kind`) if the cap allows it, else raise CapReached; settle its cost."""
+        import time
+
+        while True:
+            res = self.admit(kind)
+            if res is not None:
+                break
+            with self._lock:
+                learning = bool(self._learning)
+                if not learning:
+                    self.n_refused += 1
+            if not learning:
+                raise CapReached(self.describe())
+            time.sleep(0.05)  # the kind's first sample is still teaching us its cost
+        rec = None
+        try:
+            rec = predict()
+            return rec
+        finally:
+            self.settle(kind, res, rec if isinstance(rec, PredictionRecord) else None)
+
     def describe(self) -> str:
         parts = []
         if self.max_usd is not None:
@@ -130,32 +152,5 @@ class SpendingCap:
         return ", ".join(parts)
 
 
-class CappedAgent:
-    """An agent whose samples start only within the cap (the runner sees the wrapped agent's name, options)."""
-
-    def __init__(self, agent, cap: SpendingCap, kind):
-        self.agent, self.cap, self.kind = agent, cap, kind
-
-    def __getattr__(self, item):
-        return getattr(self.agent, item)
-
-    def predict(self, sample, tables, backend) -> PredictionRecord:
-        import time
-
-        while True:
-            res = self.cap.admit(self.kind)
-            if res is not None:
-                break
-            with self.cap._lock:
-                learning = bool(self.cap._learning)
-                if not learning:
-                    self.cap.n_refused += 1
-            if not learning:
-                raise CapReached(self.cap.describe())
-            time.sleep(0.05)  # the kind's first sample is still teaching us its cost
-        rec = None
-        try:
-            rec = self.agent.predict(sample, tables, backend)
-            return rec
-        finally:
-            self.cap.settle(self.kind, res, rec if isinstance(rec, PredictionRecord) else None)
+class SpendingCapReached(RuntimeError):
+    """A notebook's grid stopped at the spending cap: what is done is kept; raise the cap and run again."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from balms.cellspec import CellSpec, cell_code_fingerprint, run_name
+from balms.cellspec import CellSpec, cell_code_fingerprint, describe_cell, run_name
 from balms.data.schema import Sample
 from balms.experiments.cohorts import cohort, with_lookback
 from balms.experiments.config import ExperimentConfig
@@ -129,8 +129,9 @@ def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
 
 def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -> list[PredictionRecord]:
     """Run (or resume) one cell; returns its records in sample order."""
+    from balms.experiments.scheduler import cell_records
     from balms.models.registry import get_backend
-    from balms.runner import load_records, run_samples
+    from balms.runner import run_samples
 
     spec = cell.spec
     from balms.experiments.batching import prefetch_cell
@@ -142,8 +143,7 @@ def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -
     run_samples(cell.agent, backend, cell.samples, co.tables, path, concurrency=cfg.concurrency,
                 progress=progress, spec=spec, manifest_extra={"profile": cfg.profile, "source": co.source},
                 retry_errors=cfg.retry_errors)
-    by_id = {r.sample_id: r for r in load_records(path)}
-    recs = [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+    recs = cell_records(path, cell)
     check_cell(cfg.allow_errors, describe_cell(spec), recs)  # every sample an error: stop, saying the first
     return recs
 
@@ -154,15 +154,6 @@ def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, co
     """Build the cell and run it; cached and resumable."""
     cell = make_cell(cfg, dataset, system, model, cot=cot, lookback=lookback, options=options, samples=samples)
     return run_cell_spec(cfg, cell, progress=progress)
-
-
-def describe_cell(spec: CellSpec, options: dict | None = None) -> str:
-    """One line naming a cell, for progress output: "pmdata rag qwen2.5-coder-0.5b zs L14 [channels=...]"."""
-    extra = " ".join(f"{k}={v}" for k, v in (options or {}).items())
-    if len(extra) > 60:
-        extra = extra[:57] + "..."
-    return " ".join(x for x in (spec.dataset, spec.system, spec.model, "cot" if spec.cot else "zs",
-                                f"L{spec.lookback}", extra) if x)
 
 
 def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, key_only: bool = False) -> Cell:
@@ -185,12 +176,16 @@ def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, k
 
 
 def run_cells(cfg: ExperimentConfig, decls, *, keep_transcript: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Run declared cells (each once: a cell declared twice is re-read); one row per prediction record, with the
-    declarations' labels as columns (transcripts only when asked: they are big).
+    """Run declared cells, all in flight (balms.experiments.scheduler: every server busy, each cell resumable, its
+    records the same as run alone); a cell declared twice runs once and is re-read. One row per prediction record,
+    with the declarations' labels as columns (transcripts only when asked: they are big).
 
-    With `progress`, each cell is announced on stderr ("[<notebook>] cell 3/12: pmdata rag <model> zs L14",
-    the notebook from BALMS_NOTEBOOK, which the Makefile sets) before the runner's bar, so a long `make paper`
-    shows where it is; papermill passes the kernel's stderr on to the terminal."""
+    With `progress`, the cells are announced on stderr ("[<notebook>] cell 3/12: pmdata rag <model> zs L14", the
+    notebook from BALMS_NOTEBOOK, which the Makefile sets) and the scheduler says each one done, so a long
+    `make paper` shows where it is; papermill passes the kernel's stderr on to the terminal. A cell whose every
+    sample failed stops the grid with its first error; a spending cap reached stops it saying how far it got."""
+    from balms.experiments.budget import SpendingCapReached
+    from balms.experiments.scheduler import run_cells as schedule
     from balms.models.cache import process_calls
     from balms.models.routing import check_models
 
@@ -200,14 +195,17 @@ def run_cells(cfg: ExperimentConfig, decls, *, keep_transcript: bool = False, pr
     where = os.environ.get("BALMS_NOTEBOOK")
     calls0 = process_calls()
     samples_of: dict = {}
-    rows = []
-    for k, decl in enumerate(decls, 1):
-        cell = build_cell(cfg, decl, samples_of)
-        if progress:
+    cells = [build_cell(cfg, decl, samples_of) for decl in decls]
+    if progress:
+        for k, (decl, cell) in enumerate(zip(decls, cells, strict=True), 1):
             print(f"{f'[{where}] ' if where else ''}cell {k}/{len(decls)}: {describe_cell(cell.spec, decl.extra)}",
                   file=sys.stderr, flush=True)
-        recs = run_cell_spec(cfg, cell, progress=progress)
-        drop = set() if keep_transcript else {"transcript"}
+    report = schedule(cfg, cells, progress=progress)
+    if report.stopped:
+        raise SpendingCapReached(report.stopped)
+    rows = []
+    drop = set() if keep_transcript else {"transcript"}
+    for decl, recs in zip(decls, report.records, strict=True):
         rows.extend(r.model_dump(exclude=drop) | decl.label_values | {
             "n_transcript": len(r.transcript), "cell_key": (r.cell or {}).get("key"),
             "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
@@ -230,6 +228,17 @@ def run_declared(cfg: ExperimentConfig, notebook: str, part: str | None = None, 
     if part is not None and part not in {c.part for c in declared}:
         raise ValueError(f"{notebook} declares no part {part!r}; its parts: {sorted({c.part for c in declared})}")
     return run_cells(cfg, [c for c in declared if part is None or c.part == part], **kw)
+
+
+def run_notebooks(cfg: ExperimentConfig, notebooks, **kw) -> pd.DataFrame:
+    """The cells of several notebooks in one scheduler (`balms run --notebooks 01_prediction,02_cot`): their
+    servers busy together, each shared cell run once; the notebooks then re-read the records."""
+    from balms.experiments.cells import NOTEBOOKS, cells_for
+
+    unknown = [nb for nb in notebooks if nb not in NOTEBOOKS]
+    if unknown:
+        raise ValueError(f"unknown notebook(s) {unknown}; known: {list(NOTEBOOKS)}")
+    return run_cells(cfg, [c for nb in notebooks for c in cells_for(nb, cfg)], **kw)
 
 
 def declared_builds(cfg: ExperimentConfig) -> Iterator[tuple]:

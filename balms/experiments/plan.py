@@ -32,15 +32,8 @@ from dataclasses import dataclass, field
 
 from balms.experiments.cells import NOTEBOOKS, options_json
 from balms.experiments.config import ExperimentConfig
+from balms.experiments.throughput import THROUGHPUT, size_class  # noqa: F401  (the plan's names too)
 
-# Aggregate vLLM throughput of ONE server (continuous batching, concurrency ~32), tokens/s, and its GPUs, per size
-# class on A6000-class (48 GB) GPUs. Rough engineering figures, not measurements: override with --throughput.
-THROUGHPUT: dict[str, dict[str, float]] = {
-    "7b": {"prefill": 8000.0, "decode": 1200.0, "gpus": 1},
-    "14b": {"prefill": 5000.0, "decode": 700.0, "gpus": 2},
-    "70b": {"prefill": 1200.0, "decode": 120.0, "gpus": 2},  # 8-bit bitsandbytes, tensor parallel 2
-    "small": {"prefill": 20000.0, "decode": 3000.0, "gpus": 1},
-}
 TYPICAL_PHIA_CALLS = 4  # code, code, answer (+ one nudge or forced finish): what small backbones mostly do
 TYPICAL_OUTPUT_SHARE = 0.5  # CoT, PHIA steps, summaries and judge verdicts stop well before their budget
 PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
@@ -149,15 +142,6 @@ def token_counter(model: str) -> TokenCounter:
     except Exception as exc:  # noqa: BLE001
         return TokenCounter(model, f"chars/4 (tokenizer failed to load: {type(exc).__name__})")
     return TokenCounter(model, f"{s.model_id} tokenizer", tok)
-
-
-def size_class(model: str) -> str:
-    """7b / 14b / 70b / small from the model's name (the registry has no parameter counts)."""
-    m = re.search(r"(\d+(?:\.\d+)?)\s*[bB]\b", model.replace("-", " "))
-    if not m:
-        return "small"
-    b = float(m.group(1))
-    return "small" if b < 3 else "7b" if b <= 9 else "14b" if b <= 20 else "70b"
 
 
 # ------------------------------------------------------------------------------------------ estimate ---
@@ -509,13 +493,18 @@ def servers_by_model(entries: list[str]) -> dict[str, int]:
     return out
 
 
-def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughput: dict) -> dict:
+TAIL_CALLS = 2  # the last samples' chain of dependent calls: RAPTOR's day summaries (together), then its answer
+
+
+def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughput: dict, *,
+                   slots: int = 16, tail_calls: int = TAIL_CALLS) -> dict:
     """Wall hours with the scheduler (balms.experiments.scheduler) on `servers` ({model: n servers}): every
-    server busy until its model's work is done, so the run lasts as long as the busiest model's GPU time divided
-    by its servers (GPU-hours / GPUs per server / servers). Claude runs over the API beside them (not counted)."""
+    server busy until its model's work is done (GPU-hours / GPUs per server / servers), then the last samples'
+    chain of `tail_calls` dependent calls, each as long as one request in a batch of `slots` (a server's
+    requests in flight): the run lasts as long as the busiest model's. Claude runs over the API beside them."""
     from balms.models.registry import UnknownModelError, spec
 
-    per_model, missing = {}, []
+    per_model, tails, missing = {}, {}, []
     for m, v in backbones.items():
         try:
             kind = spec(m).backend
@@ -526,12 +515,18 @@ def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughp
         if not servers.get(m):
             missing.append(m)
             continue
-        per_model[m] = v["gpu_hours"] / throughput[size_class(m)]["gpus"] / servers[m]
+        t = throughput[size_class(m)]
+        calls = v.get("calls") or 0
+        one = slots * ((v.get("prompt_tokens", 0) / t["prefill"] + v.get("output_tokens", 0) / t["decode"]) / calls
+                       if calls else 0.0)  # seconds one request spends in service
+        tails[m] = tail_calls * one / 3600
+        per_model[m] = v["gpu_hours"] / t["gpus"] / servers[m] + tails[m]
     if missing:
         raise ValueError(f"no server given for {', '.join(missing)} (--servers MODEL=N or URLs serving it)")
     hours = max(per_model.values(), default=0.0)
     return {"hours": round(hours, 3), "per_model_hours": {m: round(h, 3) for m, h in per_model.items()},
-            "servers": servers, "utilisation": {m: round(h / hours, 3) if hours else 0.0
+            "tail_hours": {m: round(h, 3) for m, h in tails.items()},
+            "servers": servers, "utilisation": {m: round((h - tails[m]) / hours, 3) if hours else 0.0
                                                 for m, h in per_model.items()}}
 
 
@@ -582,7 +577,8 @@ def format_plan(d: dict) -> str:
         sch = d["schedule"]
         lines += ["", "on the given servers, all cells in flight (balms.experiments.scheduler): "
                   f"{sch['upper']['hours']:,.2f} h upper bound, {sch['typical']['hours']:,.2f} h typical "
-                  "(the busiest model's GPU time over its servers; Claude runs beside them)"]
+                  "(the busiest model's GPU time over its servers, then its last samples' chain of calls; Claude "
+                  "runs beside them)"]
         lines += [f"  {m:<34} {n} server(s): {sch['upper']['per_model_hours'][m]:,.2f} h upper, "
                   f"{sch['typical']['per_model_hours'][m]:,.2f} h typical" for m, n in sch["upper"]["servers"].items()
                   if m in sch["upper"]["per_model_hours"]]
@@ -631,7 +627,7 @@ def _cmd(args) -> int:
     if args.servers:
         try:
             srv = servers_by_model(args.servers.split(","))
-            d["schedule"] = {w: schedule_hours(t["backbones"], srv, plan.throughput)
+            d["schedule"] = {w: schedule_hours(t["backbones"], srv, plan.throughput, slots=cfg.server_slots)
                              for w, t in (("upper", d), ("typical", d["typical"]))}
         except ValueError as exc:
             print(f"balms plan: {exc}", file=sys.stderr)

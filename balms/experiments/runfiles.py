@@ -36,7 +36,8 @@ def run_files(runs_root: Path) -> list[Path]:
 
 def declared_keys(cfg: ExperimentConfig) -> dict[str, str]:
     """cell key -> "notebook: cell" for every agent cell the profile's notebooks declare (first notebook kept)."""
-    from balms.experiments.grid import describe_cell, unique_cells
+    from balms.cellspec import describe_cell
+    from balms.experiments.grid import unique_cells
 
     return {cell.spec.key(): f"{decl.notebook}: {describe_cell(cell.spec, decl.extra)}"
             for decl, cell in unique_cells(cfg)}

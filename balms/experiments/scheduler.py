@@ -18,15 +18,18 @@ the threads in use stay within `cfg.scheduler_threads`.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
 from balms.records import PredictionRecord
+from balms.threads import started_pool
 
 
 @dataclass
@@ -69,8 +72,9 @@ def interleave(cells: Sequence, key: Callable) -> list[int]:
 
 
 def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
-    """Set the slot limit of every server the models route to (and of the Anthropic API); returns them."""
-    from balms.models.discovery import server_urls
+    """Set the slot limit of every server the models route to (and of the Anthropic API); returns them. The
+    servers are asked what they serve once, here, before any cell starts (every backend then routes from it)."""
+    from balms.models.discovery import discover, server_urls
     from balms.models.openai_http import normalise_base_url
     from balms.models.registry import resolve_spec
     from balms.models.slots import ANTHROPIC, SLOTS
@@ -84,8 +88,9 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
             continue
     if "openai" in kinds:
         overrides = {normalise_base_url(u): int(n) for u, n in cfg.server_slot_limits.items()}
-        for url in server_urls(cfg.servers):
-            url = normalise_base_url(url)
+        urls = [normalise_base_url(u) for u in server_urls(cfg.servers)]
+        discover(urls)
+        for url in urls:
             limits[url] = overrides.get(url, cfg.server_slots)
     if "anthropic" in kinds:
         limits[ANTHROPIC] = cfg.anthropic_slots
@@ -94,16 +99,170 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
     return limits
 
 
+# Samples started at once per slot of the servers a model routes to: enough that a server never waits for a
+# sample's own CPU work (its window, RAPTOR's leaves, PHIA's code) before the next request, few enough that the
+# client does not spread its CPU over hundreds of half-built samples while the servers idle (issue 27: with all
+# 512 samples of the notebook-01 grid started at once, the first request left after tens of seconds).
+SAMPLES_PER_SLOT = 2
+
+
+def model_slots(cfg: ExperimentConfig, cell, limits: dict[str, int]) -> int | None:
+    """The slots of the servers `cell`'s model routes to (None: not metered, e.g. a stand-in or embedded)."""
+    from balms.models.discovery import servers_for
+    from balms.models.registry import UnknownModelError, resolve_spec
+    from balms.models.slots import ANTHROPIC
+
+    try:
+        kind = resolve_spec(cell.spec.model, cfg.servers).backend
+    except UnknownModelError:
+        return None
+    if kind == "anthropic":
+        return limits.get(ANTHROPIC)
+    if kind != "openai":
+        return None
+    urls = [u for u in limits if u != ANTHROPIC]
+    return sum(limits[u] for u in servers_for(cell.spec.model_id, urls)) or None
+
+
+class Admission:
+    """Samples in flight per model: at most `limit` at once; the waiting start by priority (lower first), then
+    in arrival order. Multi-call samples (RAPTOR, PHIA) go first: their chains of calls are what makes a run's
+    tail, started last they would run alone at the end while the servers idle."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._limit: dict = {}
+        self._busy: dict = defaultdict(int)
+        self._waiting: dict = defaultdict(list)  # key -> [(priority, ticket)]
+        self._tickets = iter(range(1 << 62))
+
+    def set_limit(self, key, limit: int | None) -> None:
+        with self._cond:
+            self._limit[key] = limit
+
+    @contextmanager
+    def admitted(self, key, priority: int):
+        with self._cond:
+            me = (priority, next(self._tickets))
+            self._waiting[key].append(me)
+            lim = self._limit.get(key)
+            while lim is not None and (self._busy[key] >= lim or min(self._waiting[key]) != me):
+                self._cond.wait()
+            self._waiting[key].remove(me)
+            self._busy[key] += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy[key] -= 1
+                self._cond.notify_all()
+
+
+LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
+
+
+def _kind(cfg: ExperimentConfig, cell) -> str | None:
+    from balms.models.registry import UnknownModelError, resolve_spec
+
+    try:
+        return resolve_spec(cell.spec.model, cfg.servers).backend
+    except UnknownModelError:
+        return None
+
+
+def _is_local(cfg: ExperimentConfig, cell) -> bool:
+    return _kind(cfg, cell) in LOCAL_BACKENDS
+
+
+class _Gated:
+    """A cell's agent as the scheduler runs it: a sample starts only while the run goes on (no cell stopped it)
+    and, under a spending cap, only if the cap allows it; otherwise it leaves no record (runner.NotStarted)."""
+
+    def __init__(self, agent, stop: threading.Event, cap, kind, done: Callable[[], None] = lambda: None,
+                 admission: Admission | None = None, priority: int = 0):
+        self.__wrapped__, self._stop, self._cap, self._kind, self._done = agent, stop, cap, kind, done
+        self._admission, self._priority = admission or Admission(), priority
+
+    def __getattr__(self, item):
+        return getattr(self.__wrapped__, item)
+
+    def predict(self, sample, tables, backend) -> PredictionRecord:
+
+        with self._admission.admitted(self._kind[1], self._priority):
+            return self._predict(sample, tables, backend)
+
+    def _predict(self, sample, tables, backend) -> PredictionRecord:
+        from balms.runner import NotStarted
+
+        if self._stop.is_set():
+            raise NotStarted("the run stopped: a cell failed")
+        try:
+            if self._cap is None:
+                rec = self.__wrapped__.predict(sample, tables, backend)
+            else:
+                rec = self._cap.spend(self._kind, lambda: self.__wrapped__.predict(sample, tables, backend))
+        except NotStarted:  # refused by the cap: no record
+            raise
+        except Exception:  # the runner records the error
+            self._done()
+            raise
+        self._done()
+        return rec
+
+
+def plan_lanes(cfg: ExperimentConfig, cells: Sequence, todo: Sequence[int]) -> list[list[int]]:
+    """Lanes of cell indices, each run in turn, all lanes at once: the cells on embedded models (LOCAL_BACKENDS)
+    share one lane; Claude's cells sent as Message Batches (`cfg.anthropic_batch` and a batchable system, as
+    balms.experiments.batching.prefetch_cell decides) share another, one batch at a time as cell by cell; every
+    other cell is a lane of its own, Claude's multi-call cells (RAPTOR, PHIA: direct calls) included."""
+    from balms.agents.registry import get_system
+
+    local = [i for i in todo if _is_local(cfg, cells[i])]
+    batched = [i for i in todo if i not in local and cfg.anthropic_batch and cfg.cache_mode == "rw"
+               and _kind(cfg, cells[i]) == "anthropic" and get_system(cells[i].spec.system).batchable]
+    lanes: list[list[int]] = []
+    for i in todo:
+        if i not in local and i not in batched:
+            lanes.append([i])
+        elif local and i == local[0]:
+            lanes.append(local)
+        elif batched and i == batched[0]:
+            lanes.append(batched)
+    return lanes
+
+
+def cell_records(path, cell) -> list[PredictionRecord]:
+    """The cell's records on disk, in its sample order (a sample without a record is left out)."""
+    from balms.runner import load_records
+
+    by_id = {r.sample_id: r for r in load_records(path)} if path.exists() else {}
+    return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+
+
 def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
-    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order. Under
-    a spending cap the samples it does not allow are not started, and the report's `stopped` says how far the
-    run got."""
+    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order.
+
+    Cells on an embedded model (LOCAL_BACKENDS) run one after another in one lane beside the others: their
+    server is this machine, which gains nothing from two at once and their latencies would count the wait.
+    Claude's cells sent as Message Batches (`cfg.anthropic_batch`: its single-call cells) also run one after
+    another, in a lane of their own: one batch at a time, as cell by cell (plan_lanes). Its RAPTOR and PHIA cells
+    make direct calls and run beside the others (in the paper dry run they queued behind the batches' polls and
+    were the last 3 minutes of notebook 01).
+    A cell whose every sample failed (balms.experiments.errors.check_cell, unless `cfg.allow_errors`) stops the
+    run: no further sample starts (those not started leave no record), the cells in flight finish the samples
+    they started, and its error is raised. Under a spending cap the samples it does not allow are not started,
+    and the report's `stopped` says how far the run got."""
+    from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
+
+    from balms.agents.raptor import summary_pool
+    from balms.agents.registry import get_system
     from balms.experiments.batching import prefetch_cell
-    from balms.experiments.budget import CappedAgent, SpendingCap
+    from balms.experiments.budget import SpendingCap
     from balms.experiments.cohorts import cohort
-    from balms.experiments.grid import describe_cell
+    from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
-    from balms.runner import load_records, run_samples
+    from balms.runner import run_samples
 
     cells = list(cells)
     limits = configure_slots(cfg, list(dict.fromkeys(c.spec.model for c in cells)))
@@ -112,65 +271,101 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     for i, p in enumerate(paths):
         first_of.setdefault(p, i)
     todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
+    lanes = plan_lanes(cfg, cells, todo)
+    local = next((lane for lane in lanes if _is_local(cfg, cells[lane[0]])), [])
     results: list = [None] * len(cells)
     threads_per = [max(1, min(cfg.concurrency, len(c.samples))) for c in cells]
-    budget = max(cfg.scheduler_threads, max(threads_per, default=1))
+    lane_threads = [max(threads_per[i] for i in lane) for lane in lanes]
+    budget = max(cfg.scheduler_threads, max(lane_threads, default=1))
     cond = threading.Condition()
     in_use = [0]
     n_done = [0]
+    stop = threading.Event()
     cap = SpendingCap.from_cfg(cfg)
-    agents = [c.agent for c in cells]
+    before = [r for i in todo for r in cell_records(paths[i], cells[i])]
     if cap is not None:
-        cap.already(r for i in todo if paths[i].exists() for r in load_records(paths[i]))
-        agents = [CappedAgent(c.agent, cap, (c.spec.system, c.spec.model)) for c in cells]
+        cap.already(before)
+    where = os.environ.get("BALMS_NOTEBOOK")
+    tag = f"[{where}] scheduler" if where else "scheduler"
+    if progress:
+        print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
+              f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
+              f"{len(local)} on embedded models, one at a time", file=sys.stderr, flush=True)
+    # one bar for every cell's samples; off a terminal (papermill) every refresh becomes a line: at most every 10 s
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    kept = sum(r.status != "error" or not cfg.retry_errors for r in before)  # errors are run again
+    bar = tqdm(total=sum(len(cells[i].samples) for i in todo), initial=kept, unit="sample",
+               disable=not progress, desc=f"{tag}: samples", dynamic_ncols=True, file=sys.stderr,
+               mininterval=0.1 if tty else 10.0, smoothing=0.05)
+    admission = Admission()
+    for c in cells:
+        n = model_slots(cfg, c, limits)
+        admission.set_limit(c.spec.model, None if n is None else SAMPLES_PER_SLOT * n)
+    agents = [_Gated(c.agent, stop, cap, (c.spec.system, c.spec.model), lambda: bar.update(1), admission,
+                     0 if get_system(c.spec.system).cost != "single" else 1) for c in cells]
 
     def run_one(i: int):
         cell = cells[i]
+        prefetch_cell(cfg, cell)  # Claude via the Message Batches API when cfg.anthropic_batch (single-call cells)
+        backend = get_backend(cell.spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+        co = cohort(cell.spec.dataset, cfg)
+        res = run_samples(agents[i], backend, cell.samples, co.tables, paths[i], concurrency=threads_per[i],
+                          progress=False, spec=cell.spec, retry_errors=cfg.retry_errors,
+                          executor=None if i in local else samples_pool,
+                          manifest_extra={"profile": cfg.profile, "source": co.source, "scheduler": True})
+        results[i] = res
+        if progress:
+            with cond:
+                n_done[0] += 1
+                k = n_done[0]
+            bar.write(f"{tag}: {k}/{len(todo)} cells done: {describe_cell(cell.spec)} "
+                  f"({res.n_new} new, {res.n_errors} errors, {res.wall_s:.1f} s)", file=sys.stderr)
         try:
-            prefetch_cell(cfg, cell)
-            backend = get_backend(cell.spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
-            co = cohort(cell.spec.dataset, cfg)
-            res = run_samples(agents[i], backend, cell.samples, co.tables, paths[i],
-                              concurrency=threads_per[i], progress=False, spec=cell.spec,
-                              manifest_extra={"profile": cfg.profile, "source": co.source, "scheduler": True})
-            results[i] = res
-            if progress:
-                with cond:
-                    n_done[0] += 1
-                    k = n_done[0]
-                print(f"scheduler: {k}/{len(todo)} cells done: {describe_cell(cell.spec)} "
-                      f"({res.n_new} new, {res.n_errors} errors, {res.wall_s:.1f} s)", file=sys.stderr, flush=True)
-            return res
+            check_cell(cfg.allow_errors, describe_cell(cell.spec), cell_records(paths[i], cell))
+        except Exception:
+            stop.set()
+            raise
+
+    def run_lane(k: int):
+        try:
+            for i in lanes[k]:
+                if stop.is_set() or (cap is not None and cap.n_refused):
+                    break
+                run_one(i)
         finally:
             with cond:
-                in_use[0] -= threads_per[i]
+                in_use[0] -= lane_threads[k]
                 cond.notify_all()
 
+    # every thread started before any cell starts (balms.threads): the servers' cells share one pool of sample
+    # threads, RAPTOR its pool of day summaries
+    n_server_threads = sum(threads_per[i] for i in todo if i not in local)
+    samples_pool = started_pool(max(1, min(budget, n_server_threads)), "balms-sample")
+    if any(cells[i].spec.system == "raptor" for i in todo):
+        summary_pool()
     futures = []
-    with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="balms-cell") as pool:
-        for i in todo:
-            if cap is not None and cap.n_refused:  # the cap refused a sample: start no more cells
+    with bar, samples_pool, started_pool(max(1, len(lanes)), "balms-cell") as pool:
+        for k in range(len(lanes)):
+            if stop.is_set() or (cap is not None and cap.n_refused):  # no more cells
                 break
             with cond:
-                while in_use[0] and in_use[0] + threads_per[i] > budget:
+                while in_use[0] and in_use[0] + lane_threads[k] > budget:
                     cond.wait()
-                in_use[0] += threads_per[i]
-            futures.append(pool.submit(run_one, i))
+                in_use[0] += lane_threads[k]
+            futures.append(pool.submit(run_lane, k))
         errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
         raise errors[0]
     why = None
     if cap is not None and cap.n_refused:
-        n_all = sum(len(c.samples) for i, c in enumerate(cells) if first_of[paths[i]] == i)
-        n_done = sum(len(load_records(paths[i])) for i in todo if paths[i].exists())
-        why = (f"spending cap reached ({cap.describe()}): {n_done} of {n_all} samples done, the rest not started; "
+        n_all = sum(len(cells[i].samples) for i in todo)
+        n_kept = sum(len(cell_records(paths[i], cells[i])) for i in todo)
+        why = (f"spending cap reached ({cap.describe()}): {n_kept} of {n_all} samples done, the rest not started; "
                "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
     if why and progress:
-        print(f"scheduler: {why}", file=sys.stderr, flush=True)
+        print(f"{tag}: {why}", file=sys.stderr, flush=True)
     records = []
     for i, c in enumerate(cells):
-        p = paths[i]
-        by_id = {r.sample_id: r for r in load_records(p)} if p.exists() else {}
-        records.append([by_id[s.sample_id] for s in c.samples if s.sample_id in by_id])
-        results[i] = results[i] or results[first_of[p]]
+        records.append(cell_records(paths[i], c))
+        results[i] = results[i] or results[first_of[paths[i]]]
     return ScheduleReport(records, results, limits, why)

@@ -15,9 +15,12 @@ exact subset of the cache a profile's tables used can be exported and replayed e
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import queue
+import sqlite3
 import threading
 import time
 from dataclasses import fields
@@ -84,6 +87,7 @@ def cache_key(model_id: str, messages: Sequence[Message], params: GenParams, add
 
 
 _COMPLETION_FIELDS = {f.name for f in fields(Completion)}
+READERS = 8  # read connections of a response cache
 
 
 class ResponseCache:
@@ -98,6 +102,8 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._conn = open_db(self.path, [_SCHEMA], autocommit=True)  # safe under concurrent first use
         self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
+        self._idle: queue.LifoQueue = queue.LifoQueue()
+        self._n_readers = 0
         self.upgraded = self._upgrade(additions_of)
 
     def _upgrade(self, additions_of) -> int:
@@ -130,9 +136,28 @@ class ResponseCache:
             self._conn.execute("ROLLBACK")
             raise
 
+    @contextlib.contextmanager
+    def _reader(self):
+        """A read connection of the pool (at most READERS, made as needed): WAL readers never wait for each other
+        or for the writer, where one shared connection behind a lock made every call of a grid in flight queue
+        behind every write (issue 27). Bounded: each connection holds three file descriptors, and the sandbox's
+        select() takes none above 1,024."""
+        try:
+            con = self._idle.get_nowait()
+        except queue.Empty:
+            with self._lock:
+                make = self._n_readers < READERS
+                self._n_readers += make
+            con = (sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
+                   if make else self._idle.get())
+        try:
+            yield con
+        finally:
+            self._idle.put(con)
+
     def get(self, key: str) -> Completion | None:
-        with self._lock:
-            row = self._conn.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
+        with self._reader() as con:
+            row = con.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
         data = json.loads(row[0])
@@ -163,6 +188,8 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            while not self._idle.empty():
+                self._idle.get_nowait().close()
 
 
 class CachedBackend:

@@ -27,6 +27,7 @@ class ServerSlots:
         self._busy: dict[str, int] = {}
         self._paused_until: dict[str, float] = {}
         self.peak: dict[str, int] = {}  # most requests in flight seen per server (tests and benchmarks)
+        self._waiters: dict[threading.Event, set[str]] = {}  # takers waiting, in arrival order
 
     def set_limit(self, key: str, limit: int | None) -> None:
         with self._cond:
@@ -36,7 +37,8 @@ class ServerSlots:
                 if limit < 1:
                     raise ValueError(f"server {key}: slot limit must be >= 1, got {limit}")
                 self._limit[key] = int(limit)
-            self._cond.notify_all()
+            for ev in self._waiters:
+                ev.set()
 
     def limit(self, key: str) -> int | None:
         with self._cond:
@@ -59,24 +61,43 @@ class ServerSlots:
 
     def take(self, keys: Sequence[str], prefer=None) -> str:
         """Block until one of `keys` has a free slot; take it and return that key. Among free keys the one
-        with the fewest requests in flight wins (ties: `prefer`'s order, else the order given)."""
+        with the fewest requests in flight wins (ties: `prefer`'s order, else the order given). Waiters queue in
+        arrival order and a freed slot wakes only the first that can use it (waking every waiter on every
+        release cost the client more CPU than its requests with hundreds waiting: issue 27)."""
         order = list(prefer or keys)
+        me = threading.Event()
         with self._cond:
             while True:
                 now = time.monotonic()
                 free = [k for k in order if self._free(k, now)]
                 if free:
+                    if me in self._waiters:
+                        del self._waiters[me]
                     k = min(free, key=lambda j: self._busy.get(j, 0))
                     self._busy[k] = self._busy.get(k, 0) + 1
                     self.peak[k] = max(self.peak.get(k, 0), self._busy[k])
                     return k
+                if me not in self._waiters:
+                    self._waiters[me] = set(order)
+                me.clear()
                 waits = [self._paused_until[k] - now for k in order if self._paused_until.get(k, 0.0) > now]
-                self._cond.wait(timeout=min(waits) if waits else None)
+                self._cond.release()
+                try:
+                    me.wait(timeout=min(waits) if waits else None)
+                finally:
+                    self._cond.acquire()
+
+    def _wake(self, key: str) -> None:
+        """Wake the longest-waiting taker that can use `key` (the lock held)."""
+        for ev, keys in self._waiters.items():
+            if key in keys and not ev.is_set():
+                ev.set()
+                return
 
     def give(self, key: str) -> None:
         with self._cond:
             self._busy[key] -= 1
-            self._cond.notify_all()
+            self._wake(key)
 
     @contextmanager
     def slot(self, key: str) -> Iterator[None]:
