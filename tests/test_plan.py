@@ -173,3 +173,21 @@ def test_plan_servers_gives_wall_hours_with_the_scheduler():
         schedule_hours(backbones, {"Qwen2.5-7B-Instruct": 1}, THROUGHPUT)
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         servers_by_model(["nope=2"])
+
+
+def test_the_runbooks_plan_table_is_the_plans(real_data, monkeypatch):
+    """docs/runbook.md's bill for the paper profile is `balms plan --profile paper --markdown` on the data here,
+    regenerated, not a table typed once and left behind (it had been: 147,603 calls against today's plan)."""
+    import re
+
+    from balms import paths
+    from balms.experiments import plan
+    from balms.experiments.config import load
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    page = (paths.PROJECT_ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- plan paper -->\n(.*?)\n<!-- /plan -->", page, re.S)
+    assert block, "docs/runbook.md has no <!-- plan paper --> block"
+    cfg = load("paper", raw_root=str(real_data))
+    want = plan.format_markdown(plan.build_plan(cfg).to_dict(), cfg.judge_model)
+    assert block.group(1) == want, "regenerate: balms plan --profile paper --markdown (into docs/runbook.md)"

@@ -585,6 +585,27 @@ def format_plan(d: dict) -> str:
     return "\n".join(lines)
 
 
+def format_markdown(d: dict, judge_model: str | None = None) -> str:
+    """The plan's per-backbone table as Markdown (the runbook's, generated: `balms plan --markdown`)."""
+    def mt(x):
+        return f"{x / 1e6:,.1f} M"
+
+    def row(name, v):
+        gpu = f"{v['gpu_hours']:,.1f}" if v["gpu_hours"] else ""
+        usd = (f"{v['claude_usd']:,.2f}", f"{v['claude_batch_usd']:,.2f}") if v["claude_usd"] else ("", "")
+        return f"| {name} | {v['calls']:,} | {mt(v['prompt_tokens'])} | {mt(v['output_tokens'])} | {gpu} | " \
+               f"{usd[0]} | {usd[1]} |"
+
+    lines = [f"`balms plan --profile {d['profile']}`: {d['n_cells']} cells; data: "
+             + ", ".join(f"{k} {v}" for k, v in d["data_sources"].items()) + "; tokens: "
+             + "; ".join(sorted({v.split(" (")[0] for v in d["token_counting"].values()})) + ".",
+             "", "| | calls | prompt tokens | output tokens | GPU h | Claude $ | Claude $ (batch) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [row(m + (" (judge)" if m == judge_model else ""), v) for m, v in d["backbones"].items()]
+    lines += [row("**total, upper bound**", d["total"]), row("**total, typical**", d["typical"]["total"])]
+    return "\n".join(lines)
+
+
 def _parse_throughput(items: list[str]) -> dict:
     """`CLASS=prefill:decode[:gpus]`, e.g. `70b=1500:200:2`."""
     out = {}
@@ -635,6 +656,8 @@ def _cmd(args) -> int:
     d["planning_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         print(json.dumps(d, indent=2))
+    elif args.markdown:
+        print(format_markdown(d, cfg.judge_model))
     else:
         print(format_plan(d))
         print(f"(planned in {d['planning_s']} s, no model called)")
@@ -647,6 +670,7 @@ def register(sub) -> None:
     p.add_argument("--profile", default="demo")
     p.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="the per-backbone table as Markdown (the runbook's)")
     p.add_argument("--per-cell", type=int, default=3, help="prompts built and counted per cell (then scaled)")
     p.add_argument("--embed", action="store_true", help="retrieve with the real embedder (slow on a CPU)")
     p.add_argument(
