@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -107,9 +108,12 @@ def run_grid_once(n_servers: int, compression: float, samples: int, datasets: li
         cfg = paper_cfg(urls, samples, datasets)
         cells = grid_cells(cfg)
         load0 = os.getloadavg()
+        kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu0, t0, m0 = time.process_time(), time.perf_counter(), time.monotonic()
         rep = run_cells(cfg, cells, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # PHIA's sandbox workers (the servers still run)
+        kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
         load1 = os.getloadavg()
         stats = [httpx.get(u + "/stats", timeout=10).json() for u in urls]
         for st in stats:  # request times relative to the start of the run
@@ -122,6 +126,7 @@ def run_grid_once(n_servers: int, compression: float, samples: int, datasets: li
     bound = max(gpu_s) / compression
     events = [e for st in stats for e in st["events"]]
     chain = max((chain_s(r, compression) for r in recs if r.error is None), default=0.0)
+    busiest = max(range(len(stats)), key=lambda i: gpu_s[i])
     return {
         "n_servers": n_servers, "compression": compression, "n_cells": len(cells), "n_records": len(recs),
         "n_errors": sum(r.error is not None for r in recs), "n_parsed": sum(r.prediction is not None for r in recs),
@@ -140,6 +145,9 @@ def run_grid_once(n_servers: int, compression: float, samples: int, datasets: li
         # CPU alone would take as long as the server-bound minimum: beyond it the simulated GPUs would be faster
         # than this client can possibly feed them
         "client_cpu_share": round(cpu / wall, 3),
+        "sandbox_cpu_s": round(kids, 2),  # CPU of the PHIA sandbox worker processes the client started
+        # when the busiest server had fewer than its batch in service: where the wall exceeds the bound
+        "busiest_underfed": underfed(stats[busiest]["events"], stats[busiest]["batch"], wall),
         "max_honest_compression": round(max(gpu_s) / max(cpu, 1e-9), 1),
         "first_request_s": round(min((e[0] for e in events), default=0.0), 2),
         # the machine's load average (1, 5, 15 min) before and after the run: other work on the VM slows the client
@@ -169,6 +177,28 @@ def chain_s(rec, compression: float) -> float:
         else:
             rest += t
     return max(summaries) + rest
+
+
+def underfed(events: list, batch: int, wall: float) -> dict:
+    """Seconds of the run during which a server had fewer than `batch` requests in service, split into before its
+    first request, the middle, and the tail after it last had a full batch (events: (arrived, started, ended))."""
+    marks = sorted([(e[1], 1) for e in events] + [(e[2], -1) for e in events])
+    if not marks:
+        return {"start_s": round(wall, 2), "middle_s": 0.0, "tail_s": 0.0}
+    n, t_prev, below, last_full = 0, 0.0, [], 0.0
+    for t, d in marks:
+        if n < batch and t > t_prev:
+            below.append((t_prev, t))
+        n += d
+        if n >= batch:
+            last_full = t
+        t_prev = t
+    below.append((t_prev, max(wall, t_prev)))
+    first = marks[0][0]
+    start = min(first, wall)
+    tail = sum(max(0.0, b - max(a, last_full)) for a, b in below)
+    middle = sum(max(0.0, min(b, last_full) - max(a, first)) for a, b in below)
+    return {"start_s": round(start, 2), "middle_s": round(middle, 2), "tail_s": round(tail, 2)}
 
 
 def sim_throughput() -> dict:
@@ -269,7 +299,8 @@ def main(argv=None) -> int:
             r = run_grid_once(n, a.compression_4 * 4 / n, a.samples, datasets, work / f"s{n}")
             r["plan"] = plan_check(r, plan)
             print(json.dumps({k: r[k] for k in ("n_servers", "wall_s", "bound_s", "ratio_bound_to_wall",
-                                                "chain_bound_s", "client_cpu_ms_per_call", "load_average")}),
+                                                "chain_bound_s", "client_cpu_ms_per_call", "sandbox_cpu_s",
+                                                "busiest_underfed", "load_average")}),
                              file=sys.stderr,
                   flush=True)
             runs.append(r)
