@@ -171,7 +171,9 @@ def test_claims_rows_of_ours_from_the_cells_present(real_data):
     size = _records(ev, "healthllm", big, lambda s: 2)
     empty = pd.DataFrame(columns=zs.columns)
     table = study.claims_table(cfg, zs, empty, empty, empty.assign(executor=[]), size=size)
-    row = table.set_index("claim")
+    row = table[table.model == small].set_index("claim")
+    big_pb = table[(table.claim == "personal_baseline_mean") & (table.model == big)]
+    assert list(big_pb.verdict) == [study.NOT_RUN]  # the size cells hold no personal baseline here
     y = np.array([s.label for s in ev], float)
     pb = np.abs(y - np.array([round(user_mean[s.user]) for s in ev]))
     assert row.loc["personal_baseline_healthllm", "diff"] == pytest.approx(pb.mean() - np.abs(y - 1).mean())
@@ -189,7 +191,7 @@ def test_claims_rows_of_ours_from_the_cells_present(real_data):
     sup = table[table.claim == "supervised"]
     assert {"per_user_mean", "last_observed_label", "ridge", "gradient_boosting"} <= set(sup.system)
     assert (sup.n == len(ev)).all()
-    assert "does the personal baseline (ours) beat the mean predictor?" in study.ours_sentence(table)
+    assert f"does the personal baseline (ours) on {small} beat the mean predictor?" in study.ours_sentence(table)
     none = study.claims_table(cfg, zs[zs.system == "healthllm"], empty, empty, empty.assign(executor=[]))
     assert (none[none.claim.str.startswith("personal_baseline")].verdict == study.NOT_RUN).all()
 

@@ -146,6 +146,12 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
         rows.append(_row("personal_baseline_user_mean", f"{what} - per-user training mean", None, _paired(pb, um), **kw)
                     if len(pb) and len(um) else
                     _not_run("personal_baseline_user_mean", f"{what} - per-user training mean", None, **kw))
+        for big in cfg.size_backbones:  # does the larger backbone's personal baseline beat the mean predictor?
+            pb_big = _cell(size, d, OURS, big)
+            c = f"{d} personal_baseline (ours) zero-shot {big} - mean predictor"
+            kw = dict(dataset=d, system=OURS, model=big)
+            rows.append(_row("personal_baseline_mean", c, "lower", _paired(pb_big, _mean(cfg, d, pb_big)), **kw)
+                        if len(pb_big) else _not_run("personal_baseline_mean", c, "lower", **kw))
         for big in cfg.size_backbones or ["(no size_backbones)"]:
             for s in single:
                 a, b = _cell(size, d, s, big), _cell(zs, d, s, base_model)
@@ -246,7 +252,7 @@ def ours_sentence(table: pd.DataFrame) -> str:
     for claim, what in (("personal_baseline_mean", "beat the mean predictor"),
                         ("personal_baseline_healthllm", "beat Health-LLM zero-shot")):
         for r in table[table.claim == claim].itertuples():
-            out.append(f"{r.dataset}: does the personal baseline (ours) {what}? {ANSWER.get(r.verdict, r.verdict)}"
+            out.append(f"{r.dataset}: does the personal baseline (ours) on {r.model} {what}? {ANSWER.get(r.verdict, r.verdict)}"
                        + (f" ({_num(r)})" if r.verdict != NOT_RUN else "") + ".")
     for r in table[(table.claim == "personal_baseline_user_mean") & (table.verdict != NOT_RUN)].itertuples():
         out.append(f"{r.dataset}: the model's answer minus its own anchor alone (the per-user training mean): "
