@@ -121,3 +121,18 @@ counts = paper_rows["verdict"].value_counts()
 print(f"The paper's claims, with {cap}: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + " of "
       f"{len(paper_rows)} comparisons. These are an embedded CPU model's results, not the paper's backbones.")
 print(study.ours_sentence(table))
+
+# %% [markdown]
+# What each cell answered: its commonest answer and that answer's share of the cell's days, beside the share of the
+# commonest gold label. A share of 1.0 means the same answer on every day, whatever the data said.
+
+# %%
+answers = study.answer_shares(every)
+report.save_table(answers, "cpu_study_answers", artefact="CPU study (answers per cell)", notebook=NB, source=src,
+                  profile=cfg.profile, models=ex.models_run(every), n=len(every),
+                  caption=f"each cell's commonest answer and its share of the days; {cap}")
+one = answers[answers.modal_share == 1.0]
+print(f"{len(one)} of {len(answers)} cells gave one answer on every day: "
+      + "; ".join(f"{r.dataset} {r.system} {r.model}{' CoT' if r.cot else ''} always {r.modal_answer} (n = {r.n})"
+                  for r in one.itertuples()) + ".")
+answers

@@ -252,8 +252,8 @@ def ours_sentence(table: pd.DataFrame) -> str:
     for claim, what in (("personal_baseline_mean", "beat the mean predictor"),
                         ("personal_baseline_healthllm", "beat Health-LLM zero-shot")):
         for r in table[table.claim == claim].itertuples():
-            out.append(f"{r.dataset}: does the personal baseline (ours) on {r.model} {what}? {ANSWER.get(r.verdict, r.verdict)}"
-                       + (f" ({_num(r)})" if r.verdict != NOT_RUN else "") + ".")
+            out.append(f"{r.dataset}: does the personal baseline (ours) on {r.model} {what}? "
+                       f"{ANSWER.get(r.verdict, r.verdict)}" + (f" ({_num(r)})" if r.verdict != NOT_RUN else "") + ".")
     for r in table[(table.claim == "personal_baseline_user_mean") & (table.verdict != NOT_RUN)].itertuples():
         out.append(f"{r.dataset}: the model's answer minus its own anchor alone (the per-user training mean): "
                    f"{_num(r)}.")
@@ -270,3 +270,17 @@ def ours_sentence(table: pd.DataFrame) -> str:
                        + "; ".join(f"{r.dataset} {r.system} {r.verdict} ({_num(r)})" for r in mp.itertuples()) + ".")
     return " ".join(out) or "No comparison of ours in this table."
 
+
+
+def answer_shares(records: pd.DataFrame) -> pd.DataFrame:
+    """Each cell's commonest answer and its share of the cell's days (unparseable answers count as one value):
+    a share of 1.0 is a cell that gave the same answer on every day, whatever the data said."""
+    cols = [c for c in ("dataset", "system", "model", "cot", "lookback", "executor") if c in records.columns]
+    distinct = records.drop_duplicates(["cell_key", "sample_id"])
+    rows = []
+    for key, g in distinct.groupby(cols, sort=False, dropna=False):
+        counts = _labels(g).value_counts()
+        rows.append({**dict(zip(cols, key, strict=True)), "n": len(g), "modal_answer": counts.index[0],
+                     "modal_share": round(counts.iloc[0] / len(g), 3), "distinct_answers": len(counts),
+                     "gold_modal_share": round(g["label"].value_counts().iloc[0] / len(g), 3)})
+    return pd.DataFrame(rows)
