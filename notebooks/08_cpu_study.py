@@ -131,8 +131,5 @@ answers = study.answer_shares(every)
 report.save_table(answers, "cpu_study_answers", artefact="CPU study (answers per cell)", notebook=NB, source=src,
                   profile=cfg.profile, models=ex.models_run(every), n=len(every),
                   caption=f"each cell's commonest answer and its share of the days; {cap}")
-one = answers[answers.modal_share == 1.0]
-print(f"{len(one)} of {len(answers)} cells gave one answer on every day: "
-      + "; ".join(f"{r.dataset} {r.system} {r.model}{' CoT' if r.cot else ''} always {r.modal_answer} (n = {r.n})"
-                  for r in one.itertuples()) + ".")
+print(study.answers_sentence(answers))
 answers

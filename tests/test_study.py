@@ -61,3 +61,27 @@ def test_mode_collapse_comparison_sees_a_collapsed_agent():
     assert d["diff"] > 0.5 and d["ci_low"] > 0
     varied = _records(labels.astype(float), labels, users)  # predicts the gold label: same mode share
     assert study._mode_share_diff(varied, None)["diff"] == pytest.approx(0.0)
+
+
+def test_answer_shares_one_row_per_cell_and_collapse_is_share_one():
+    """Two cells of the same system and look-back (the zero-shot cell and a sweep's) stay apart; a cell that gave
+    one answer on every day has share 1.0 and is named by answers_sentence; unparseable answers count as a value."""
+    import numpy as np
+    import pandas as pd
+
+    from balms.experiments import study
+
+    def cell(key, preds, labels):
+        return pd.DataFrame({"cell_key": key, "sample_id": [f"s{i}" for i in range(len(preds))],
+                             "dataset": "pmdata", "system": "healthllm", "model": "m", "cot": False, "lookback": 14,
+                             "prediction": preds, "label": labels})
+
+    recs = pd.concat([cell("aaa", [1, 1, 1, 1], [3, 3, 2, 4]), cell("bbb", [2, np.nan, np.nan, 3], [3, 3, 3, 1]),
+                      cell("aaa", [1, 1], [3, 3])], ignore_index=True)  # a cell re-read by a second notebook
+    t = study.answer_shares(recs).set_index("cell")
+    assert list(t.n) == [4, 4]
+    assert t.loc["aaa", "modal_share"] == 1.0 and t.loc["aaa", "modal_answer"] == "1"
+    assert t.loc["bbb", "modal_answer"] == "unparseable" and t.loc["bbb", "modal_share"] == 0.5
+    assert t.loc["bbb", "gold_modal_share"] == 0.75 and t.loc["bbb", "distinct_answers"] == 3
+    assert study.answers_sentence(t.reset_index()) == \
+        "1 of 2 cells gave one answer on every day: pmdata healthllm m always 1 (n = 4)."

@@ -274,13 +274,23 @@ def ours_sentence(table: pd.DataFrame) -> str:
 
 def answer_shares(records: pd.DataFrame) -> pd.DataFrame:
     """Each cell's commonest answer and its share of the cell's days (unparseable answers count as one value):
-    a share of 1.0 is a cell that gave the same answer on every day, whatever the data said."""
+    a share of 1.0 is a cell that gave the same answer on every day, whatever the data said. One row per cell
+    (a look-back sweep's L14 cell is not the zero-shot cell: its days are drawn at the longest look-back)."""
     cols = [c for c in ("dataset", "system", "model", "cot", "lookback", "executor") if c in records.columns]
-    distinct = records.drop_duplicates(["cell_key", "sample_id"])
     rows = []
-    for key, g in distinct.groupby(cols, sort=False, dropna=False):
+    for key, g in records.drop_duplicates(["cell_key", "sample_id"]).groupby("cell_key", sort=False):
         counts = _labels(g).value_counts()
-        rows.append({**dict(zip(cols, key, strict=True)), "n": len(g), "modal_answer": counts.index[0],
-                     "modal_share": round(counts.iloc[0] / len(g), 3), "distinct_answers": len(counts),
+        rows.append({**g.iloc[0][cols].to_dict(), "cell": str(key)[:12], "n": len(g),
+                     "modal_answer": counts.index[0], "modal_share": round(counts.iloc[0] / len(g), 3),
+                     "distinct_answers": len(counts),
                      "gold_modal_share": round(g["label"].value_counts().iloc[0] / len(g), 3)})
     return pd.DataFrame(rows)
+
+
+def answers_sentence(answers: pd.DataFrame) -> str:
+    """Which cells gave one answer on every day, from `answer_shares`."""
+    one = answers[answers.modal_share == 1.0]
+    return (f"{len(one)} of {len(answers)} cells gave one answer on every day: "
+            + "; ".join(f"{r.dataset} {r.system} {r.model}{' CoT' if r.cot else ''}"
+                        f"{f' L{r.lookback}' if r.lookback != 14 else ''} always {r.modal_answer} (n = {r.n})"
+                        for r in one.itertuples()) + ".")
