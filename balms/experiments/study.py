@@ -292,5 +292,6 @@ def answers_sentence(answers: pd.DataFrame) -> str:
     one = answers[answers.modal_share == 1.0]
     return (f"{len(one)} of {len(answers)} cells gave one answer on every day: "
             + "; ".join(f"{r.dataset} {r.system} {r.model}{' CoT' if r.cot else ''}"
-                        f"{f' L{r.lookback}' if r.lookback != 14 else ''} always {r.modal_answer} (n = {r.n})"
-                        for r in one.itertuples()) + ".")
+                        f"{f' L{r.lookback}' if r.lookback != 14 else ''}"
+                        f"{f' ({r.executor} executor)' if isinstance(getattr(r, 'executor', None), str) else ''}"
+                        f" always {r.modal_answer} (n = {r.n})" for r in one.itertuples()) + ".")
