@@ -161,8 +161,9 @@ RESPONSES := results/$(PROFILE)/responses.jsonl.gz
 export-responses: ## Write the responses this profile's tables used to results/<profile>/ (commit it with the tables)
 	$(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
 
-test-replay: ## The committed demo tables regenerate from the committed responses with zero model calls
+test-replay: ## The committed demo and CPU-study tables regenerate from their committed responses with zero model calls
 	$(MAKE) --no-print-directory replay-check PROFILE=demo
+	$(MAKE) --no-print-directory replay-check PROFILE=cpu-study
 
 replay-check: ## A fresh cache + the committed responses regenerate the committed tables with zero model calls
 	@test -f $(RESPONSES) || (echo "no $(RESPONSES): run make paper then make export-responses" && exit 2)
