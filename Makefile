@@ -147,7 +147,8 @@ $(EXEC_DIR)/%.ipynb: notebooks/%.py notebooks/%.ipynb profiles/$(PROFILE).yaml $
 	@$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$*.py --set "$$BALMS_P" --out $@.params.yaml
 	@echo "[$*] profile $(PROFILE) -> $@"; rm -f $@.failed
 	@# a failed notebook is moved aside: left as $@ it would count as up to date on the next `make paper`
-	@BALMS_NOTEBOOK=$* BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
+	@# PYTHONPATH: the kernels import this checkout's balms, not the checkout a shared venv was installed from
+	@PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} BALMS_NOTEBOOK=$* BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
 	  $(VENV)/bin/papermill -k balms --cwd notebooks --no-progress-bar --stderr-file - --log-level WARNING \
 	  -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@ && echo "[$*] done in $$SECONDS s" \
 	  || { echo "[$*] FAILED$$(mv -f $@ $@.failed 2>/dev/null && echo "; executed notebook kept as $@.failed")"; exit 1; }
