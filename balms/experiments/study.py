@@ -124,6 +124,13 @@ def _cell(df: pd.DataFrame, d: str, s: str, m: str) -> pd.DataFrame:
     return df[(df.dataset == d) & (df.system == s) & (df.model == m)] if len(df) else df
 
 
+def _pb_vs_mean(cfg: ExperimentConfig, d: str, cell: pd.DataFrame, comparison: str, model: str) -> dict:
+    """The personal baseline's records of one backbone against the mean predictor on the same days."""
+    kw = dict(dataset=d, system=OURS, model=model)
+    return (_row("personal_baseline_mean", comparison, "lower", _paired(cell, _mean(cfg, d, cell)), **kw)
+            if len(cell) else _not_run("personal_baseline_mean", comparison, "lower", **kw))
+
+
 def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, supervised: pd.DataFrame) -> list[dict]:
     """The rows issue 26 adds, per dataset of the profile; a comparison whose cells are absent says "not run"."""
     from balms.agents.registry import get_system, system_names
@@ -135,9 +142,7 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
         pb, hl = _cell(zs, d, OURS, base_model), _cell(zs, d, "healthllm", base_model)
         kw = dict(dataset=d, system=OURS, model=base_model)
         what = f"{d} personal_baseline (ours) zero-shot"
-        rows.append(_row("personal_baseline_mean", f"{what} - mean predictor", "lower",
-                         _paired(pb, _mean(cfg, d, pb)), **kw)
-                    if len(pb) else _not_run("personal_baseline_mean", f"{what} - mean predictor", "lower", **kw))
+        rows.append(_pb_vs_mean(cfg, d, pb, f"{what} - mean predictor", base_model))
         rows.append(_row("personal_baseline_healthllm", f"{what} - healthllm zero-shot", "lower", _paired(pb, hl), **kw)
                     if len(pb) and len(hl) else
                     _not_run("personal_baseline_healthllm", f"{what} - healthllm zero-shot", "lower", **kw))
@@ -147,11 +152,7 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
                     if len(pb) and len(um) else
                     _not_run("personal_baseline_user_mean", f"{what} - per-user training mean", None, **kw))
         for big in cfg.size_backbones:  # does the larger backbone's personal baseline beat the mean predictor?
-            pb_big = _cell(size, d, OURS, big)
-            c = f"{d} personal_baseline (ours) zero-shot {big} - mean predictor"
-            kw = dict(dataset=d, system=OURS, model=big)
-            rows.append(_row("personal_baseline_mean", c, "lower", _paired(pb_big, _mean(cfg, d, pb_big)), **kw)
-                        if len(pb_big) else _not_run("personal_baseline_mean", c, "lower", **kw))
+            rows.append(_pb_vs_mean(cfg, d, _cell(size, d, OURS, big), f"{what} {big} - mean predictor", big))
         for big in cfg.size_backbones or ["(no size_backbones)"]:
             for s in single:
                 a, b = _cell(size, d, s, big), _cell(zs, d, s, base_model)
@@ -269,7 +270,6 @@ def ours_sentence(table: pd.DataFrame) -> str:
             out.append("The paper's mean-predictor claim on the larger backbone: "
                        + "; ".join(f"{r.dataset} {r.system} {r.verdict} ({_num(r)})" for r in mp.itertuples()) + ".")
     return " ".join(out) or "No comparison of ours in this table."
-
 
 
 def answer_shares(records: pd.DataFrame) -> pd.DataFrame:
