@@ -432,9 +432,7 @@ def main(argv=None) -> int:
                    BALMS_CACHE_DIR=str(cache), ANTHROPIC_API_KEY="dryrun-loopback-not-a-key",
                    ANTHROPIC_BASE_URL=anthropic.url)
         env.pop("BALMS_ANTHROPIC_MODEL", None)
-        # the notebooks' kernels run from notebooks/: this checkout's balms, not the one the venv was installed
-        # from (a git worktree sharing another checkout's venv would otherwise rehearse that checkout's code)
-        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
+        # (make paper points the notebooks' kernels at this checkout's balms: PYTHONPATH in the Makefile)
         cmd = [a.make, "--no-print-directory", f"-j{jobs}", "paper", "PROFILE=paper", "YES=1", f"VENV={a.venv}",
                f"EXEC_DIR={BUILD.relative_to(ROOT)}/executed", f"P={p}"]
         say("running: " + " ".join(cmd[:7]) + " EXEC_DIR=... P=\"" + p + "\"")
