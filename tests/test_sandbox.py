@@ -490,3 +490,53 @@ def test_leftover_processes_are_reaped_before_the_next_block(frames):
         for _ in range(3):
             obs = sb.run(code)
             assert (obs.status, obs.text.strip()) == ("ok", f"forked {n}"), obs.text
+
+
+# ------------------------------------------------------------------ start-up cost under a grid in flight (issue 27)
+@slow
+def test_worker_runs_niced_as_its_limits_say(frames):
+    """The worker lowers its CPU priority before its costly imports, so the harness feeding the servers goes first."""
+    with Sandbox(frames, mode="faithful", limits=FAST) as sb:
+        seen = sb.run("import os\nprint(os.nice(0))").text.strip()
+    assert seen == str(FAST.nice) and FAST.nice > 0
+    assert sb.mechanisms["nice"] == FAST.nice
+    with Sandbox(frames, mode="faithful", limits=SandboxLimits(nice=0)) as sb:
+        assert sb.run("import os\nprint(os.nice(0))").text.strip() == "0"
+
+
+@slow
+def test_a_queued_start_is_done_on_demand_or_never(frames, monkeypatch):
+    """With every starter busy, a block does not wait in their queue: its worker is started on demand; and the
+    start queued for a block that never comes (the sandbox closed) is cancelled, never started."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from balms.sandbox import executor
+
+    Sandbox(frames, mode="faithful", limits=FAST).close()  # this configuration verified: __init__ then waits for none
+    busy = ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    busy.submit(release.wait)  # the only starter is taken
+    monkeypatch.setattr(executor, "_starter_pool", lambda: busy)
+    try:
+        with Sandbox(frames, mode="faithful", limits=FAST) as sb:
+            queued = sb._next
+            assert queued is not None and not queued.done()
+            assert sb.run("print(len(daily))").text.strip() == str(len(frames["daily"]))
+            assert queued.cancelled()  # the block did not wait for it
+            after = sb._next  # the next block's start, queued in turn
+            assert after is not None and not after.done()
+        assert after.cancelled()  # closed before that block: never started
+    finally:
+        release.set()
+        busy.shutdown()
+
+
+@slow
+def test_a_worker_started_ahead_is_the_one_the_block_uses(frames):
+    with Sandbox(frames, mode="faithful", limits=FAST) as sb:
+        ahead = sb._next.result(timeout=60)  # started and ready on the starter pool
+        assert sb.run("print(1)").text.strip() == "1"
+        assert ahead.proc.poll() is not None  # faithful: that process ran the block and is gone
+        nxt = sb._next.result(timeout=60)
+    assert nxt.proc.wait(timeout=10) is not None  # closed unused: killed

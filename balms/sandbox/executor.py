@@ -27,8 +27,10 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -137,6 +139,10 @@ class SandboxLimits:
     nproc: int = 16  # RLIMIT_NPROC for the sandbox uid (threads count too)
     max_rows: int = 40  # rows shown when the last expression is a DataFrame/Series
     startup_s: float = 60.0  # worker start (imports + frames) timeout, not counted in a block
+    # CPU priority of the worker (nice increment): its start-up (interpreter, pandas, frames) costs ~0.3 CPU-s,
+    # and a grid in flight starts hundreds of them; niced, they use the CPU the harness leaves, so the threads
+    # that feed the model servers are never queued behind them (issue 27: on 2 cores the servers idled ~60 s)
+    nice: int = 10
 
 
 @dataclass
@@ -174,6 +180,7 @@ class _Worker:
         os.close(req_r)
         os.close(resp_w)
         self.mechanisms: dict | None = None
+        self.assessed = False  # its mechanisms checked against REQUIRED by the Sandbox that uses it
         self.started = time.monotonic()
         self.send(cfg)
 
@@ -263,6 +270,40 @@ class _Worker:
             pass
 
 
+_starters: ThreadPoolExecutor | None = None
+_starters_lock = threading.Lock()
+
+
+def _starter_pool() -> ThreadPoolExecutor:
+    """The process's pool that starts workers ahead of time, one per CPU at once. Why: a worker's start-up
+    (interpreter, pandas, frames) costs ~0.3 CPU-s, and with a grid in flight hundreds of PHIA samples asked for
+    one together; on 2 cores that start-up storm held the CPU for a minute while the servers idled (issue 27).
+    A start still queued when its block arrives is cancelled and done on demand instead (`_ready_worker`), and one
+    queued for a block that never comes (the episode answered) is never started at all."""
+    global _starters
+    with _starters_lock:
+        if _starters is None:
+            _starters = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
+                                           thread_name_prefix="balms-sandbox-start")
+        return _starters
+
+
+def _start_ready(cfg: dict, startup_s: float) -> _Worker:
+    """A worker, started and ready (runs on `_starter_pool`)."""
+    w = _Worker(cfg)
+    try:
+        w.wait_ready(startup_s)
+    except BaseException:
+        w.kill()
+        raise
+    return w
+
+
+def _kill_unused(f: Future) -> None:
+    if not f.cancelled() and f.exception() is None:
+        f.result().kill()
+
+
 class Sandbox:
     """Context manager; `run(code)` returns an Observation and never raises for anything the code does."""
 
@@ -298,16 +339,17 @@ class Sandbox:
         pd.to_pickle(dict(frames), frames_path)
         lim = self.limits
         self._cfg = {"mode": mode, "scratch": str(self.scratch), "private": str(self.private), "uid": self.uid,
-                     "frames_path": str(frames_path), "mem_mb": lim.mem_mb, "cpu_s": lim.cpu_s,
+                     "frames_path": str(frames_path), "mem_mb": lim.mem_mb, "cpu_s": lim.cpu_s, "nice": lim.nice,
                      "scratch_mb": lim.scratch_mb, "nproc": lim.nproc, "max_output_chars": lim.max_output_chars,
                      "max_rows": lim.max_rows, "isolate": isolate, "simulate_denied": denied}
         self._worker: _Worker | None = None
+        self._next: Future | None = None  # the next block's worker, being started ahead of time
         self._block = 0
         self.restarts = 0
         self.mechanisms: dict = {}
         self._warned = False
         self.closed = False
-        self._spawn()  # faithful: this is the first block's fresh process, started ahead of time
+        self._prestart()  # faithful: this is the first block's fresh process, started ahead of time
         key = (isolate, self.allow_degraded, tuple(denied))
         if key not in _verified:
             try:
@@ -321,12 +363,21 @@ class Sandbox:
     def _spawn(self) -> None:
         self._worker = _Worker(self._cfg)
 
+    def _prestart(self) -> None:
+        """Start the next block's worker ahead of time, on the process's starter pool (`_starter_pool`)."""
+        self._next = _starter_pool().submit(_start_ready, self._cfg, self.limits.startup_s)
+
     def _ready_worker(self) -> _Worker:
         if self._worker is None:
-            self._spawn()
+            nxt, self._next = self._next, None
+            if nxt is not None and not nxt.cancel():  # started ahead of time (or starting): take it
+                self._worker = nxt.result()
+            else:  # none, or still queued behind other starts: start it here, now
+                self._spawn()
         w = self._worker
-        if w.mechanisms is None:
-            mech = dict(w.wait_ready(self.limits.startup_s))
+        if not w.assessed:
+            mech = dict(w.mechanisms if w.mechanisms is not None else w.wait_ready(self.limits.startup_s))
+            w.assessed = True
             applied, missing = assess(mech)
             mech.update(applied=applied, missing=missing, degraded=any(m in missing for m in REQUIRED))
             self.mechanisms = mech
@@ -352,6 +403,9 @@ class Sandbox:
             return
         self.closed = True
         self._discard_worker()
+        nxt, self._next = self._next, None
+        if nxt is not None and not nxt.cancel():  # being started or ready, unused: kill it once it is up
+            nxt.add_done_callback(_kill_unused)
         shutil.rmtree(self.private, ignore_errors=True)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -411,7 +465,7 @@ class Sandbox:
                     obs.text = self._truncate(obs.text + "\n[sandbox: background threads left running; "
                                               "worker restarted, variables were reset]")
         if self._worker is None:
-            self._spawn()  # fresh process for the next block, started while the model thinks
+            self._prestart()  # fresh process for the next block, started while the model thinks
         return obs
 
     def _truncate(self, text: str) -> str:

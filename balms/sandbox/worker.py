@@ -583,10 +583,12 @@ def main() -> None:
     if os.getppid() != parent_pid:
         _exit(3)
     cfg = recv(req_fd)
+    # lower CPU priority first, before the costly imports (SandboxLimits.nice); children inherit it
+    mech_nice = os.nice(int(cfg.get("nice") or 0))
     root = os.geteuid() == 0
     real_uid, real_gid = os.getuid(), os.getgid()  # read before unshare: afterwards they show as unmapped
     mech: dict = {"warnings": [], "separate_process": True, "own_session": os.getsid(0) == os.getpid(),
-                  "root_at_start": root, "userns": False}
+                  "root_at_start": root, "userns": False, "nice": mech_nice}
     denied = frozenset(cfg.get("simulate_denied") or ())
     if denied:
         mech["simulated_denied"] = sorted(denied)
