@@ -187,6 +187,39 @@ def test_slots_hold_each_server_to_its_limit_and_pause_on_retry_after():
     assert slots.peak == {"u1": 2, "u2": 1}
 
 
+def test_a_freed_slot_goes_to_the_oldest_samples_call_and_no_newcomer_takes_it():
+    import threading
+    import time
+
+    from balms.models.slots import priority
+
+    slots = ServerSlots()
+    slots.set_limit("u", 1)
+    slots.take(["u"])
+    order = []
+
+    def call(rank):
+        with priority(rank):
+            slots.take(["u"])
+        order.append(rank)
+
+    late = threading.Thread(target=call, args=(7,))  # a later sample's call, waiting first
+    late.start()
+    while not slots._waiters:
+        time.sleep(0.01)
+    early = threading.Thread(target=call, args=(2,))  # an older sample's call (e.g. RAPTOR's final answer)
+    early.start()
+    while len(slots._waiters) < 2:
+        time.sleep(0.01)
+    slots.give("u")
+    assert slots.in_flight("u") == 1  # handed over at once: a call arriving now finds it taken
+    early.join(30)
+    assert order == [2] and late.is_alive()
+    slots.give("u")
+    late.join(30)
+    assert order == [2, 7] and slots.peak == {"u": 1}
+
+
 def test_run_notebooks_puts_several_notebooks_cells_in_one_scheduler(servers, tmp_path, monkeypatch, real_data,
                                                                      capsys):
     """`balms run --notebooks 01_prediction,02_cot`: 02's zero-shot cells are 01's (run once), its CoT cells run

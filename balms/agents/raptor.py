@@ -51,6 +51,7 @@ from balms.data.memo import TablesMemo
 from balms.data.samples import subday_rows_of
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
+from balms.models.slots import current_priority, priority
 from balms.records import PredictionRecord
 from balms.stores import one_per_key, open_db
 from balms.threads import started_pool
@@ -329,11 +330,13 @@ class RaptorAgent(PromptAgentBase):
         (on one pool of the process, `summary_pool`) while this thread embeds the leaves, and each day's steps join the
         transcript in day order, so the record does not depend on which call finished first."""
         subs = {ts: Episode(backend) if episode is not None else None for ts in days}
+        rank = current_priority()  # the sample's rank for a server slot, handed on to the pool's threads
 
         def one(ts):
             records = compact.get(ts) or "\n".join(days[ts])
-            return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
-                               self.summary_max_tokens, n_leaves=len(days[ts]))
+            with priority(rank):
+                return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
+                                   self.summary_max_tokens, n_leaves=len(days[ts]))
 
         pool = summary_pool()
         futures = {ts: pool.submit(one, ts) for ts in days}

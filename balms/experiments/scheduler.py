@@ -18,6 +18,7 @@ the threads in use stay within `cfg.scheduler_threads`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -159,6 +160,8 @@ class Admission:
                 self._cond.notify_all()
 
 
+_STARTED = itertools.count()  # samples in the order they were admitted: their calls' rank for a server slot
+
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
 
@@ -188,8 +191,11 @@ class _Gated:
         return getattr(self.__wrapped__, item)
 
     def predict(self, sample, tables, backend) -> PredictionRecord:
+        from balms.models.slots import priority
 
-        with self._admission.admitted(self._kind[1], self._priority):
+        # its calls (and its RAPTOR day summaries) wait for a server slot ranked by when it started: the oldest
+        # sample's call goes first, so samples finish in the order they began (balms.models.slots)
+        with self._admission.admitted(self._kind[1], self._priority), priority(next(_STARTED)):
             return self._predict(sample, tables, backend)
 
     def _predict(self, sample, tables, backend) -> PredictionRecord:

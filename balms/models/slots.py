@@ -8,6 +8,11 @@ keep many more samples going than servers have slots and the servers stay busy. 
 
 A 429/529 with `retry-after` pauses that server for everyone (`pause`), not only for the call that got it:
 every other request would meet the same limit.
+
+Who gets a freed slot: the waiting call of the oldest sample (`priority`, set per sample by the scheduler and
+inherited by a RAPTOR sample's day summaries), then arrival order. Why: in arrival order a RAPTOR sample's final
+call queued behind hundreds of other samples' day summaries, every sample finished at the very end, and the
+busiest server drained for two request times instead of one (issue 27, bench-scale at 16 servers).
 """
 
 from __future__ import annotations
@@ -16,6 +21,25 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
+
+_local = threading.local()
+
+
+@contextmanager
+def priority(rank: float) -> Iterator[None]:
+    """Calls made in this block by this thread wait for a slot with `rank` (lower first; default 0)."""
+    old = getattr(_local, "rank", None)
+    _local.rank = rank
+    try:
+        yield
+    finally:
+        _local.rank = old
+
+
+def current_priority() -> float | None:
+    """This thread's rank (None: none set), to hand on to the threads that make calls for it."""
+    return getattr(_local, "rank", None)
+
 
 ANTHROPIC = "anthropic"  # the slot key of the Anthropic API (its limit is per account, not per URL)
 
@@ -27,7 +51,9 @@ class ServerSlots:
         self._busy: dict[str, int] = {}
         self._paused_until: dict[str, float] = {}
         self.peak: dict[str, int] = {}  # most requests in flight seen per server (tests and benchmarks)
-        self._waiters: dict[threading.Event, set[str]] = {}  # takers waiting, in arrival order
+        self._waiters: dict[threading.Event, tuple[tuple, set[str]]] = {}  # takers waiting: (rank, arrival), keys
+        self._arrivals = iter(range(1 << 62))
+        self._granted: dict[threading.Event, str] = {}  # slots handed to a waiter that has not woken yet
 
     def set_limit(self, key: str, limit: int | None) -> None:
         with self._cond:
@@ -37,8 +63,7 @@ class ServerSlots:
                 if limit < 1:
                     raise ValueError(f"server {key}: slot limit must be >= 1, got {limit}")
                 self._limit[key] = int(limit)
-            for ev in self._waiters:
-                ev.set()
+            self._dispatch()
 
     def limit(self, key: str) -> int | None:
         with self._cond:
@@ -52,6 +77,8 @@ class ServerSlots:
         """No new request to `key` for `seconds` (a retry-after the server asked for)."""
         with self._cond:
             self._paused_until[key] = max(self._paused_until.get(key, 0.0), time.monotonic() + float(seconds))
+            for ev in self._waiters:  # each sleeps again until the pause ends, then takes what is free
+                ev.set()
 
     def _free(self, key: str, now: float) -> bool:
         if self._paused_until.get(key, 0.0) > now:
@@ -61,24 +88,26 @@ class ServerSlots:
 
     def take(self, keys: Sequence[str], prefer=None) -> str:
         """Block until one of `keys` has a free slot; take it and return that key. Among free keys the one
-        with the fewest requests in flight wins (ties: `prefer`'s order, else the order given). Waiters queue in
-        arrival order and a freed slot wakes only the first that can use it (waking every waiter on every
-        release cost the client more CPU than its requests with hundreds waiting: issue 27)."""
+        with the fewest requests in flight wins (ties: `prefer`'s order, else the order given). A slot freed while
+        calls wait is handed to one of them (`give`: the best rank, then the longest waiting), never to a call that
+        arrives meanwhile, and wakes only that one (waking every waiter on every release cost the client more CPU
+        than its requests with hundreds waiting: issue 27)."""
         order = list(prefer or keys)
         me = threading.Event()
         with self._cond:
             while True:
+                if me in self._granted:
+                    return self._granted.pop(me)
                 now = time.monotonic()
                 free = [k for k in order if self._free(k, now)]
                 if free:
-                    if me in self._waiters:
-                        del self._waiters[me]
+                    self._waiters.pop(me, None)
                     k = min(free, key=lambda j: self._busy.get(j, 0))
-                    self._busy[k] = self._busy.get(k, 0) + 1
-                    self.peak[k] = max(self.peak.get(k, 0), self._busy[k])
+                    self._grant(k)
+                    self._dispatch()  # after a pause or a raised limit, more may be free for those waiting
                     return k
                 if me not in self._waiters:
-                    self._waiters[me] = set(order)
+                    self._waiters[me] = ((current_priority() or 0, next(self._arrivals)), set(order))
                 me.clear()
                 waits = [self._paused_until[k] - now for k in order if self._paused_until.get(k, 0.0) > now]
                 self._cond.release()
@@ -87,17 +116,28 @@ class ServerSlots:
                 finally:
                     self._cond.acquire()
 
-    def _wake(self, key: str) -> None:
-        """Wake the longest-waiting taker that can use `key` (the lock held)."""
-        for ev, keys in self._waiters.items():
-            if key in keys and not ev.is_set():
+    def _grant(self, key: str) -> None:
+        self._busy[key] = self._busy.get(key, 0) + 1
+        self.peak[key] = max(self.peak.get(key, 0), self._busy[key])
+
+    def _dispatch(self) -> None:
+        """Hand every free slot to the waiters that can use it, best rank first (the lock held)."""
+        if not self._waiters:
+            return
+        now = time.monotonic()
+        for ev, (_, keys) in sorted(self._waiters.items(), key=lambda x: x[1][0]):
+            free = [k for k in keys if self._free(k, now)]
+            if free:
+                k = min(free, key=lambda j: self._busy.get(j, 0))
+                del self._waiters[ev]
+                self._grant(k)
+                self._granted[ev] = k
                 ev.set()
-                return
 
     def give(self, key: str) -> None:
         with self._cond:
             self._busy[key] -= 1
-            self._wake(key)
+            self._dispatch()
 
     @contextmanager
     def slot(self, key: str) -> Iterator[None]:
