@@ -219,17 +219,57 @@ def grid_plan(samples: int, datasets: list[str]) -> dict:
 
 
 def plan_check(result: dict, plan: dict) -> dict:
-    """`balms plan --servers`'s hours on these servers (typical) against the simulated wall time."""
-    from balms.experiments.plan import schedule_hours
+    """`balms plan --servers`'s hours on these servers (typical) against the simulated wall time; and the same hours
+    model fed the work the simulated servers actually did (their GPU seconds per model), which separates the error
+    of the hours model (the scheduler keeps every server busy, then a tail) from that of the plan's estimate of the
+    work (calls and tokens per sample)."""
+    from balms.experiments.plan import TAIL_CALLS, schedule_hours
     from balms.models.registry import MODELS
 
     name_of = {s.model_id: n for n, s in MODELS.items()}
     servers: dict[str, int] = {}
+    gpu_s: dict[str, float] = {}
     for s in result["servers"]:
-        servers[name_of[s["model"]]] = servers.get(name_of[s["model"]], 0) + 1
-    est = schedule_hours(plan["typical"]["backbones"], servers, sim_throughput(), slots=BATCH)["hours"]
+        m = name_of[s["model"]]
+        servers[m] = servers.get(m, 0) + 1
+        gpu_s[m] = gpu_s.get(m, 0.0) + s["gpu_s"]
+    sched = schedule_hours(plan["typical"]["backbones"], servers, sim_throughput(), slots=BATCH)
     sim_h = result["simulated_wall_h"]
-    return {"plan_hours": est, "simulated_hours": sim_h, "error": round(est / sim_h - 1, 3)}
+    measured = max(gpu_s[m] / servers[m] / 3600 + sched["tail_hours"][m] for m in servers)
+    work = {m: round(plan["typical"]["backbones"][m]["gpu_hours"] / (gpu_s[m] / 3600) - 1, 3) for m in servers}
+    return {"plan_hours": sched["hours"], "simulated_hours": sim_h, "error": round(sched["hours"] / sim_h - 1, 3),
+            "hours_model_on_measured_work": round(measured, 3),
+            "hours_model_error": round(measured / sim_h - 1, 3), "tail_calls": TAIL_CALLS,
+            "work_estimate_error": work}
+
+
+def summary(d: dict) -> dict[str, str]:
+    """The sentences the README and the runbook state about a bench/scale.json (tests/test_bench_scale_pins.py
+    checks they do): the ratios, where the gap is, and the plan's hours against the simulation."""
+    runs = {r["n_servers"]: r for r in d["runs"]}
+    goal = d["goal"]["ratio_at_4_and_16"]
+    met = [n for n in (4, 16) if runs[n]["ratio_bound_to_wall"] >= goal]
+    verdict = ("met at 4 and 16" if len(met) == 2 else
+               f"met at {met[0]} servers, not at {({4, 16} - set(met)).pop()}" if met else "not met")
+    ns = sorted(runs)
+    ratios = ", ".join(f"{runs[n]['ratio_bound_to_wall']:.3f} with {n}" for n in ns)
+    tails = ", ".join(f"{runs[n]['busiest_underfed']['tail_s']:.0f} s" for n in ns)
+    plan = ", ".join(f"{100 * runs[n]['plan']['error']:+.0f}%" for n in ns)
+    model = ", ".join(f"{100 * runs[n]['plan']['hours_model_error']:+.0f}%" for n in ns)
+    busiest = max(runs[ns[0]]["plan"]["work_estimate_error"].items(),
+                  key=lambda kv: max(s["gpu_s"] for s in runs[ns[0]]["servers"]
+                                     if s["model"].endswith(kv[0].split("/")[-1])))
+    lb = d["loopback_1000"]
+    return {
+        "loopback": (f"One client kept {lb['in_flight']:,} requests in flight (peak {lb['peak_in_service']:,} "
+                     f"in service, {lb['client_cpu_ms_per_call']:.1f} ms client CPU per call, {lb['ratio_ideal_to_wall']:.3f} of "
+                     "the ideal wall time)"),
+        "ratios": f"{ratios} servers (goal {goal}: {verdict})",
+        "tails": f"the busiest server drained for {tails} at the end",
+        "plan": (f"`balms plan --servers` estimated the wall time {plan} from the simulation; its hours model "
+                 f"fed the work the servers actually did: {model}; the rest is its estimate of the work "
+                 f"({100 * busiest[1]:+.0f}% GPU time for {busiest[0]}, the busiest model)"),
+    }
 
 
 def loopback_1000(n_threads: int = 1000, per_thread: int = 2, service_s: float = 5.0) -> dict:
