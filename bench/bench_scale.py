@@ -262,8 +262,8 @@ def summary(d: dict) -> dict[str, str]:
     lb = d["loopback_1000"]
     return {
         "loopback": (f"One client kept {lb['in_flight']:,} requests in flight (peak {lb['peak_in_service']:,} "
-                     f"in service, {lb['client_cpu_ms_per_call']:.1f} ms client CPU per call, {lb['ratio_ideal_to_wall']:.3f} of "
-                     "the ideal wall time)"),
+                     f"in service, {lb['client_cpu_ms_per_call']:.1f} ms client CPU per call, "
+                     f"{lb['ratio_ideal_to_wall']:.3f} of the ideal wall time)"),
         "ratios": f"{ratios} servers (goal {goal}: {verdict})",
         "tails": f"the busiest server drained for {tails} at the end",
         "plan": (f"`balms plan --servers` estimated the wall time {plan} from the simulation; its hours model "
