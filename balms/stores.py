@@ -11,12 +11,14 @@ object per file per process without the check-then-set race of a plain dict or `
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import sqlite3
 import threading
 import time
 from functools import wraps
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import Callable, Iterator, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -61,7 +63,46 @@ def open_db(path: str | Path, statements: Sequence[str] = (), *,
     finally:
         setup.close()
     kw = {"isolation_level": None} if autocommit else {}
-    return sqlite3.connect(str(path), timeout=timeout_s, check_same_thread=False, **kw)
+    con = sqlite3.connect(str(path), timeout=timeout_s, check_same_thread=False, **kw)
+    con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes, no fsync per commit
+    return con
+
+
+READERS = 8  # read connections per store
+
+
+class Readers:
+    """A pool of read connections to one WAL database (at most READERS, made as needed, reused last-in first-out).
+
+    Why: WAL readers never wait for each other or for the writer, where one shared connection behind a lock made
+    every read of a grid in flight queue behind every write: with all cells in flight, 150 samples waited on the
+    embedding store's lock and the servers idled through the first seconds of the run (issue 27). Bounded: each
+    connection holds three file descriptors."""
+
+    def __init__(self, path: str | Path, n: int = READERS, timeout_s: float = 60.0):
+        self.path, self._n, self._timeout = str(path), n, timeout_s
+        self._idle: queue.LifoQueue = queue.LifoQueue()
+        self._made = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        try:
+            con = self._idle.get_nowait()
+        except queue.Empty:
+            with self._lock:
+                make = self._made < self._n
+                self._made += make
+            con = (sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
+                   if make else self._idle.get())
+        try:
+            yield con
+        finally:
+            self._idle.put(con)
+
+    def close(self) -> None:
+        while not self._idle.empty():
+            self._idle.get_nowait().close()
 
 
 def one_per_key(factory: Callable[..., T]) -> Callable[..., T]:
@@ -71,6 +112,9 @@ def one_per_key(factory: Callable[..., T]) -> Callable[..., T]:
 
     @wraps(factory)
     def get(*args):
+        got = made.get(args)  # made once: read without the lock (a thousand threads queued on it: issue 27)
+        if got is not None:
+            return got
         with lock:
             if args not in made:
                 made[args] = factory(*args)

@@ -209,12 +209,15 @@ def sim_throughput() -> dict:
 
 
 def grid_plan(samples: int, datasets: list[str]) -> dict:
-    """`balms plan` of notebook 01 on the paper profile, with the simulated servers' throughput (typical)."""
+    """`balms plan` of notebook 01 on the paper profile, with the simulated servers' throughput and the way they
+    answer (sim_vllm.BEHAVIOUR as the plan's typical behaviour)."""
+    from sim_vllm import BEHAVIOUR
+
     from balms.experiments.config import load
-    from balms.experiments.plan import build_plan
+    from balms.experiments.plan import Typical, build_plan
 
     cfg = load("paper", datasets=datasets, backbones=BACKBONES, n_samples=samples, notebooks=["01_prediction"])
-    plan = build_plan(cfg, per_cell=3, throughput=sim_throughput())
+    plan = build_plan(cfg, per_cell=3, throughput=sim_throughput(), typical=Typical(**BEHAVIOUR))
     return plan.to_dict()
 
 

@@ -63,6 +63,11 @@ def tokens_of(payload: dict) -> tuple[int, int]:
     return max(1, p), max(1, int(payload.get("max_tokens") or 16) // 2)
 
 
+# How the stand-ins answer, in the terms of `balms plan`'s typical estimate (balms.experiments.plan.Typical): every
+# reply half its max_tokens (tokens_of), a PHIA episode one code step then its answer (reply_for). bench_scale
+# plans with it, so its plan check measures the plan's other estimates (prompts, summaries, hours), not a guess at
+# how real models behave; tests/test_bench_scale_pins.py checks it against the two functions.
+BEHAVIOUR = {"phia_calls": 2, "output_share": 0.5, "answer_share": 0.5}
 PHIA_CODE = "[Thought] Look at the last days.\n[Act]\n```python\nprint(daily_df.tail(3))\n```"
 
 

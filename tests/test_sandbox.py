@@ -540,3 +540,33 @@ def test_a_worker_started_ahead_is_the_one_the_block_uses(frames):
         assert ahead.proc.poll() is not None  # faithful: that process ran the block and is gone
         nxt = sb._next.result(timeout=60)
     assert nxt.proc.wait(timeout=10) is not None  # closed unused: killed
+
+
+def test_a_worker_reply_is_read_on_a_descriptor_above_1024():
+    """A client with every cell in flight holds over a thousand descriptors (its connections, the stores' readers);
+    select() refused any above 1,024 and every PHIA sample of a cell failed to start (issue 27, bench-scale at 16
+    servers). The worker's pipe is read with poll: a reply arrives, a silent worker times out."""
+    import resource
+    import time
+    from types import SimpleNamespace
+
+    from balms.sandbox.executor import _Worker
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1100:
+        pytest.skip(f"this process may open only {soft} descriptors")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    r, w = os.pipe()
+    try:
+        assert r > 1024
+        worker = SimpleNamespace(resp_r=r)
+        os.write(w, b"reply")
+        assert _Worker._read(worker, 5, time.monotonic() + 5) == b"reply"
+        assert _Worker._read(worker, 1, time.monotonic() + 0.05) is None  # nothing more: the deadline passes
+        os.close(w)
+        w = None
+        with pytest.raises(EOFError):
+            _Worker._read(worker, 1, time.monotonic() + 5)
+    finally:
+        for fd in [*held, r, *([w] if w is not None else [])]:
+            os.close(fd)

@@ -319,3 +319,74 @@ def test_lanes_batch_only_claudes_single_call_cells_one_at_a_time():
     todo = list(range(len(cells)))
     assert plan_lanes(cfg, cells, todo) == [[0, 1], [2], [3], [4], [5], [6], [7], [8, 9]]
     assert plan_lanes(cfg.replace(anthropic_batch=False), cells, todo) == [[i] for i in range(8)] + [[8, 9]]
+
+
+def test_turns_go_best_rank_first_and_a_sample_gives_its_turn_back_at_its_first_wait():
+    """The client's CPU in turns (balms.models.slots.Turns): with one turn, samples queued with ranks 5, 3, 9 get it
+    in the order 3, 5, 9, each as soon as the holder reaches its first wait (a model call), not when it ends."""
+    import threading
+    import time
+
+    from balms.models.slots import Turns, waiting
+
+    turns = Turns(1)
+    order, first_waits, finish = [], threading.Event(), threading.Event()
+
+    def sample(rank):
+        with turns.turn(rank):
+            order.append(rank)
+            waiting()  # its first model call: the next sample's turn starts now
+            waiting()  # a second wait gives nothing back twice
+            finish.wait(30)  # the rest of the sample (its call in flight) runs without a turn
+
+    holder = threading.Thread(target=sample, args=(0,))
+    with turns.turn(-1):  # hold the only turn while the others queue
+        holder.start()
+        while not turns._waiting:
+            time.sleep(0.01)
+        threads = []
+        for r in (5, 3, 9):
+            t = threading.Thread(target=sample, args=(r,))
+            t.start()
+            threads.append(t)
+            while len(turns._waiting) < len(threads) + 1:
+                time.sleep(0.01)
+        first_waits.set()
+    deadline = time.monotonic() + 30
+    while len(order) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert order == [0, 3, 5, 9]  # all four hold no turn while they wait: none waited for another to end
+    finish.set()
+    for t in [holder, *threads]:
+        t.join(30)
+    assert turns._free == 1 and not turns._waiting
+    waiting()  # outside a turn: nothing to give back
+
+
+def test_ranked_pool_runs_the_best_rank_first_and_hands_back_errors():
+    """RAPTOR's day summaries (balms.threads.RankedPool): the oldest sample's queued summaries run before a newer
+    sample's, whatever the order they were submitted in; a task's exception reaches whoever waits on it."""
+    import threading
+
+    from balms.threads import RankedPool
+
+    pool = RankedPool(1, "t")
+    gate, ran = threading.Event(), []
+    blocker = pool.submit(0, gate.wait, 30)
+    futures = [pool.submit(rank, ran.append, rank) for rank in (5, 1, 3)]
+    failing = pool.submit(9, lambda: 1 / 0)
+    gate.set()
+    assert blocker.result(30) is True
+    for f in futures:
+        f.result(30)
+    assert ran == [1, 3, 5]
+    with pytest.raises(ZeroDivisionError):
+        failing.result(30)
+
+
+def test_each_model_has_its_own_summary_pool():
+    """One pool per model: a slow model's day summaries never queue behind a fast model's (issue 27)."""
+    from balms.agents.raptor import summary_pool
+
+    assert summary_pool("bench/model-a") is summary_pool("bench/model-a")
+    assert summary_pool("bench/model-a") is not summary_pool("bench/model-b")

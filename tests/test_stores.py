@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 
-from balms.agents.embeddings import EmbeddingStore
+from balms.agents.embeddings import EmbeddingStore, _sha
 from balms.agents.raptor import SummaryCache
 from balms.models.anthropic_batch import BatchStore
 from balms.models.base import Completion
@@ -115,3 +115,33 @@ def test_one_per_key_builds_one_object_per_key_under_concurrency():
     objs = _together(lambda i: make("a" if i % 2 else "b"))
     assert sorted(built) == ["a", "b"]
     assert len({id(o) for o in objs}) == 2
+
+
+def test_reads_never_wait_behind_a_write(tmp_path):
+    """The summary, embedding and response stores read through their own WAL connections (balms.stores.Readers): a
+    read of a stored row returns while another thread holds the store's write lock (with all cells in flight, 150
+    samples once queued on the embedding store's lock behind its writes: issue 27)."""
+    import numpy as np
+
+    summaries = SummaryCache(tmp_path / "s.sqlite")
+    summaries.put(("pmdata", "p01", "2019-11-01", "m", "sha"), "text", None)
+    summaries._memory.clear()  # a row this process has not read yet: the read goes to SQLite
+    embeddings = EmbeddingStore("hash", tmp_path / "e.sqlite")
+    embeddings._con.execute("INSERT INTO embeddings VALUES (?,?,?,?,?)",
+                            ("hash", "k", _sha("leaf"), 2,
+                             np.array([1, 0], dtype=np.float32).tobytes()))
+    embeddings._con.commit()
+    responses = ResponseCache(tmp_path / "r.sqlite")
+    responses.put("key", {"model_id": "m"}, Completion(text="hi", model_id="m"))
+    got = {}
+    reads = {"summary": lambda: summaries.get(("pmdata", "p01", "2019-11-01", "m", "sha")),
+             "embedding": lambda: embeddings.embed([("k", "leaf")]).tolist(),
+             "response": lambda: responses.get("key").text}
+    with summaries._lock, embeddings._lock, responses._lock:  # a writer of each store in the middle of a write
+        threads = [threading.Thread(target=lambda k=k, f=f: got.__setitem__(k, f())) for k, f in reads.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert not any(t.is_alive() for t in threads), f"a read waited behind the write lock: {got}"
+    assert got == {"summary": ("text", None), "embedding": [[1.0, 0.0]], "response": "hi"}

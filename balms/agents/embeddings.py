@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from balms import paths
-from balms.stores import one_per_key, open_db
+from balms.stores import Readers, one_per_key, open_db
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 _BATCH = 64
@@ -68,6 +68,7 @@ class EmbeddingStore:
         self._con = open_db(self.db_path, [
             "CREATE TABLE IF NOT EXISTS embeddings (model TEXT, key TEXT, text_sha TEXT, dim INTEGER, "
             "vec BLOB, PRIMARY KEY (model, key, text_sha))"])
+        self._readers = Readers(self.db_path)  # reads never wait behind a write (balms.stores)
         self.hits = 0
         self.misses = 0
         # vectors read or computed in this process: every backbone's RAG/RAPTOR cell embeds the same leaves, and a
@@ -82,6 +83,7 @@ class EmbeddingStore:
 
     def close(self) -> None:
         self._con.close()
+        self._readers.close()
 
     def embed(self, items: list[tuple[str, str]]) -> np.ndarray:
         """(key, text) pairs -> (n, dim) normalised float32 matrix, computing only cache misses."""
@@ -94,11 +96,11 @@ class EmbeddingStore:
             if vec is not None:
                 found[i] = vec
         missing = [i for i in range(len(items)) if i not in found]
-        for start in range(0, len(missing), 500):  # one query per 500 keys, not one per key, behind the lock
+        for start in range(0, len(missing), 500):  # one query per 500 keys, not one per key
             chunk = missing[start:start + 500]
             keys = sorted({items[i][0] for i in chunk})
-            with self._lock:
-                rows = self._con.execute(
+            with self._readers.connection() as con:
+                rows = con.execute(
                     f"SELECT key, text_sha, dim, vec FROM embeddings WHERE model=? AND key IN "
                     f"({','.join('?' * len(keys))})", (self.model, *keys)).fetchall()
             stored = {(k, sha): (dim, vec) for k, sha, dim, vec in rows}

@@ -32,7 +32,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,14 +50,14 @@ from balms.data.memo import TablesMemo
 from balms.data.samples import subday_rows_of
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
-from balms.models.slots import current_priority, priority
+from balms.models.slots import current_priority, priority, waiting
 from balms.records import PredictionRecord
-from balms.stores import one_per_key, open_db
-from balms.threads import started_pool
+from balms.stores import Readers, one_per_key, open_db
+from balms.threads import RankedPool
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
-SUMMARY_THREADS = 256  # day summaries in flight at once in the process, all samples together (slots meter servers)
+SUMMARY_THREADS = 128  # day summaries in flight at once per model, all its samples together (slots meter servers)
 NO_SUBDAY_NOTE = "(no sub-day records; daily values used as the leaf)"
 
 
@@ -151,12 +150,14 @@ def _day_tables(tables: DatasetTables, hist: Window) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def summary_pool() -> ThreadPoolExecutor:
-    """One pool for every sample's day summaries, its threads started at once (balms.threads): a pool per sample
-    started eight threads per RAPTOR sample, hundreds at once when all cells are in flight (issue 27). A summary
-    never submits to it, so a full pool only queues."""
-    return started_pool(SUMMARY_THREADS, "balms-raptor")
+@functools.lru_cache(maxsize=None)
+def summary_pool(model_id: str) -> RankedPool:
+    """One pool per model for every sample's day summaries, its threads started at once (balms.threads): a pool
+    per sample started eight threads per RAPTOR sample, hundreds at once when all cells are in flight. Per model,
+    and the oldest sample's summaries first: with one first-come first-served pool for every model, a slow
+    model's summaries queued behind a fast model's and its servers idled for a quarter of the run (issue 27,
+    bench-scale at 16 servers). A summary never submits to it, so a full pool only queues."""
+    return RankedPool(SUMMARY_THREADS, "balms-raptor")
 
 
 class SummaryCache:
@@ -175,6 +176,7 @@ class SummaryCache:
             "PRIMARY KEY (dataset, user, day, model_id, leaves_sha))"],
             add_columns={"summaries": dict(zip(self.USAGE, ("INTEGER", "INTEGER", "REAL"), strict=True))})
         self._memory: dict[tuple, tuple[str, dict | None]] = {}
+        self._readers = Readers(db_path)  # reads never wait behind a write (balms.stores)
 
     def get(self, key: tuple) -> tuple[str, dict | None] | None:
         """(summary, usage or None when unknown), or None on a miss. Summaries this process wrote or read come
@@ -182,8 +184,8 @@ class SummaryCache:
         hit = self._memory.get(key)
         if hit is not None:
             return hit[0], (dict(hit[1]) if hit[1] is not None else None)
-        with self._lock:
-            row = self._con.execute(
+        with self._readers.connection() as con:
+            row = con.execute(
                 "SELECT summary, prompt_tokens, completion_tokens, latency_s FROM summaries WHERE dataset=? "
                 "AND user=? AND day=? AND model_id=? AND leaves_sha=?", key).fetchone()
         if row is None:
@@ -327,8 +329,9 @@ class RaptorAgent(PromptAgentBase):
     def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
                    days: dict, compact: dict, store) -> dict:
         """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
-        (on one pool of the process, `summary_pool`) while this thread embeds the leaves, and each day's steps join the
-        transcript in day order, so the record does not depend on which call finished first."""
+        (on the model's pool, `summary_pool`, ranked as this sample's calls) while this thread embeds the leaves,
+        and each day's steps join the transcript in day order, so the record does not depend on which call
+        finished first."""
         subs = {ts: Episode(backend) if episode is not None else None for ts in days}
         rank = current_priority()  # the sample's rank for a server slot, handed on to the pool's threads
 
@@ -338,11 +341,12 @@ class RaptorAgent(PromptAgentBase):
                 return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
                                    self.summary_max_tokens, n_leaves=len(days[ts]))
 
-        pool = summary_pool()
-        futures = {ts: pool.submit(one, ts) for ts in days}
+        pool = summary_pool(backend.model_id)
+        futures = {ts: pool.submit(0 if rank is None else rank, one, ts) for ts in days}
         # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
         store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
                      for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
+        waiting()  # its turn at the CPU ends here (balms.models.slots.Turns)
         out = {ts: f.result() for ts, f in futures.items()}
         if episode is not None:
             for ts in days:

@@ -125,6 +125,8 @@ class SpendingCap:
         """Run `predict()` (one sample of `kind`) if the cap allows it, else raise CapReached; settle its cost."""
         import time
 
+        from balms.models.slots import waiting
+
         while True:
             res = self.admit(kind)
             if res is not None:
@@ -135,6 +137,7 @@ class SpendingCap:
                     self.n_refused += 1
             if not learning:
                 raise CapReached(self.describe())
+            waiting()  # it holds no turn at the CPU while it waits (balms.models.slots.Turns)
             time.sleep(0.05)  # the kind's first sample is still teaching us its cost
         rec = None
         try:

@@ -36,6 +36,18 @@ from balms.experiments.throughput import THROUGHPUT, size_class  # noqa: F401  (
 
 TYPICAL_PHIA_CALLS = 4  # code, code, answer (+ one nudge or forced finish): what small backbones mostly do
 TYPICAL_OUTPUT_SHARE = 0.5  # CoT, PHIA steps, summaries and judge verdicts stop well before their budget
+
+
+@dataclass(frozen=True)
+class Typical:
+    """How the models behave in the `typical` estimate (the upper bound assumes every budget spent): PHIA calls per
+    episode, the share of the budget a CoT / PHIA step / summary / judge reply uses, and that of a zero-shot
+    answer. Defaults: what small backbones mostly do; a benchmark whose stand-in servers answer by rule passes
+    the rule's own numbers (bench/bench_scale.py), so the plan's other estimates are checked alone."""
+
+    phia_calls: int = TYPICAL_PHIA_CALLS
+    output_share: float = TYPICAL_OUTPUT_SHARE
+    answer_share: float = 1.0
 PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
 ASSUMPTIONS = [
     "cells shared by notebooks run once and count under the first notebook (06 re-reads 01/02 cells)",
@@ -282,7 +294,8 @@ def _msgs_text(msgs) -> tuple[str, int]:
 
 
 def build_plan(
-    cfg: ExperimentConfig, *, per_cell: int = 3, embed: bool = False, throughput: dict | None = None, progress=None
+    cfg: ExperimentConfig, *, per_cell: int = 3, embed: bool = False, throughput: dict | None = None, progress=None,
+    typical: Typical = Typical(),
 ) -> Plan:
     """Enumerate the profile's cells and estimate each on sampled real prompts (see the module doc)."""
     import contextlib
@@ -361,8 +374,8 @@ def build_plan(
                 per = len(DIMENSIONS) if cfg.judge_mode == "geval" else 1
                 out = 1 if per > 1 else budget_for(cell.model, "judge", cfg)
                 up = Usage(n * per, n * per * (p0 + rat_tokens), n * per * out)
-                ty = Usage(n * per, n * per * (p0 + rat_tokens * TYPICAL_OUTPUT_SHARE),
-                           n * per * out * (1 if per > 1 else TYPICAL_OUTPUT_SHARE))
+                ty = Usage(n * per, n * per * (p0 + rat_tokens * typical.output_share),
+                           n * per * out * (1 if per > 1 else typical.output_share))
                 plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
                 continue
             samples, agent = built[cell].samples, built[cell].agent
@@ -377,7 +390,7 @@ def build_plan(
             if cost == "phia":
                 step = budget_for(cell.model, "phia_step", cfg)
                 up_calls = int(cfg.phia_max_iters) + 1
-                ty_calls = min(TYPICAL_PHIA_CALLS, up_calls)
+                ty_calls = min(typical.phia_calls, up_calls)
 
                 def conv(calls, out_per_step, obs, p0=p0):
                     return sum(p0 + k * (out_per_step + obs) for k in range(calls))
@@ -385,7 +398,7 @@ def build_plan(
                 up = Usage(
                     n * up_calls, n * conv(up_calls, step, PHIA_OBSERVATION_TOKENS["upper"]), n * up_calls * step
                 )
-                half = step * TYPICAL_OUTPUT_SHARE
+                half = step * typical.output_share
                 ty = Usage(
                     n * ty_calls, n * conv(ty_calls, half, PHIA_OBSERVATION_TOKENS["typical"]), n * ty_calls * half
                 )
@@ -393,7 +406,7 @@ def build_plan(
                 out = budget_for(cell.model, "cot" if cell.cot else "zs", cfg)
                 single = get_system(cell.system).batchable
                 up = Usage(n, n * p0, n * out, single)
-                ty = Usage(n, n * p0, n * (out * TYPICAL_OUTPUT_SHARE if cell.cot else out), single)
+                ty = Usage(n, n * p0, n * out * (typical.output_share if cell.cot else typical.answer_share), single)
             if cost == "raptor":
                 mem_lb = cell.lookback if cfg.raptor_memory == "lookback" else None
                 chans = cell.extra.get("channels")
@@ -411,6 +424,7 @@ def build_plan(
                         user_history,
                         day_tables,
                         P,
+                        typical.output_share,
                     )
                     up.add(su)
                     ty.add(st)
@@ -418,7 +432,8 @@ def build_plan(
     return plan
 
 
-def _summaries(cfg, co, samples, agent, cnt, budget, per_cell, user_history, day_tables, P) -> tuple[Usage, Usage]:
+def _summaries(cfg, co, samples, agent, cnt, budget, per_cell, user_history, day_tables, P,
+               share: float = TYPICAL_OUTPUT_SHARE) -> tuple[Usage, Usage]:
     """RAPTOR day summaries of one summary set: distinct (user, memory day) x the mean summary prompt."""
     import dataclasses
 
@@ -463,7 +478,7 @@ def _summaries(cfg, co, samples, agent, cnt, budget, per_cell, user_history, day
                 )
     p = sum(cnt.count(t, 2) for t in texts) / len(texts) if texts else 0
     up = Usage(n_days, n_days * p, n_days * budget)
-    return up, Usage(n_days, n_days * p, n_days * budget * TYPICAL_OUTPUT_SHARE)
+    return up, Usage(n_days, n_days * p, n_days * budget * share)
 
 
 # ------------------------------------------------------------------------------------------------ CLI ---

@@ -29,7 +29,9 @@ from typing import Callable, Sequence
 
 from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
+from balms.models.slots import Turns
 from balms.records import PredictionRecord
+from balms.stores import one_per_key
 from balms.threads import started_pool
 
 
@@ -161,6 +163,15 @@ class Admission:
 
 
 _STARTED = itertools.count()  # samples in the order they were admitted: their calls' rank for a server slot
+_TIER = 1 << 40  # a sample of priority p ranks after every sample of a lower priority
+
+
+@one_per_key
+def _turns(model: str) -> Turns:
+    """Each model's samples take turns at the client's CPU as they start (balms.models.slots.Turns), the models
+    side by side: in one queue for all, the busiest model's samples waited behind the others' preparation while
+    its servers idled (bench-scale at 4 servers: 0.895 of the bound, 0.957 without turns)."""
+    return Turns()
 
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
@@ -193,9 +204,11 @@ class _Gated:
     def predict(self, sample, tables, backend) -> PredictionRecord:
         from balms.models.slots import priority
 
-        # its calls (and its RAPTOR day summaries) wait for a server slot ranked by when it started: the oldest
-        # sample's call goes first, so samples finish in the order they began (balms.models.slots)
-        with self._admission.admitted(self._kind[1], self._priority), priority(next(_STARTED)):
+        # its calls (and its RAPTOR day summaries) wait for a server slot ranked by its priority, then by when it
+        # started: a multi-call sample's before any single call, the oldest first, so chains of calls run from
+        # the start and single calls fill the servers while the last chains drain (balms.models.slots)
+        rank = self._priority * _TIER + next(_STARTED)
+        with self._admission.admitted(self._kind[1], self._priority), priority(rank), _turns(self._kind[1]).turn(rank):
             return self._predict(sample, tables, backend)
 
     def _predict(self, sample, tables, backend) -> PredictionRecord:
@@ -347,8 +360,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     # threads, RAPTOR its pool of day summaries
     n_server_threads = sum(threads_per[i] for i in todo if i not in local)
     samples_pool = started_pool(max(1, min(budget, n_server_threads)), "balms-sample")
-    if any(cells[i].spec.system == "raptor" for i in todo):
-        summary_pool()
+    for m in dict.fromkeys(cells[i].spec.model_id for i in todo if cells[i].spec.system == "raptor"):
+        summary_pool(m)
     futures = []
     with bar, samples_pool, started_pool(max(1, len(lanes)), "balms-cell") as pool:
         for k in range(len(lanes)):

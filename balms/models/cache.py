@@ -15,12 +15,9 @@ exact subset of the cache a profile's tables used can be exported and replayed e
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import queue
-import sqlite3
 import threading
 import time
 from dataclasses import fields
@@ -28,7 +25,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from balms.models.base import BackendError, Completion, GenParams, Message
-from balms.stores import open_db
+from balms.models.slots import waiting
+from balms.stores import Readers, open_db
 
 MODES = ("rw", "replay", "off")
 # every CachedBackend of this process: model calls made (sent to a model) and answered from the cache, so a grid can
@@ -87,7 +85,6 @@ def cache_key(model_id: str, messages: Sequence[Message], params: GenParams, add
 
 
 _COMPLETION_FIELDS = {f.name for f in fields(Completion)}
-READERS = 8  # read connections of a response cache
 
 
 class ResponseCache:
@@ -101,9 +98,7 @@ class ResponseCache:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._conn = open_db(self.path, [_SCHEMA], autocommit=True)  # safe under concurrent first use
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
-        self._idle: queue.LifoQueue = queue.LifoQueue()
-        self._n_readers = 0
+        self._readers = Readers(self.path)  # reads never wait behind the writer's lock (balms.stores)
         self.upgraded = self._upgrade(additions_of)
 
     def _upgrade(self, additions_of) -> int:
@@ -136,27 +131,8 @@ class ResponseCache:
             self._conn.execute("ROLLBACK")
             raise
 
-    @contextlib.contextmanager
-    def _reader(self):
-        """A read connection of the pool (at most READERS, made as needed): WAL readers never wait for each other
-        or for the writer, where one shared connection behind a lock made every call of a grid in flight queue
-        behind every write (issue 27). Bounded: each connection holds three file descriptors, and the sandbox's
-        select() takes none above 1,024."""
-        try:
-            con = self._idle.get_nowait()
-        except queue.Empty:
-            with self._lock:
-                make = self._n_readers < READERS
-                self._n_readers += make
-            con = (sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
-                   if make else self._idle.get())
-        try:
-            yield con
-        finally:
-            self._idle.put(con)
-
     def get(self, key: str) -> Completion | None:
-        with self._reader() as con:
+        with self._readers.connection() as con:
             row = con.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -188,8 +164,7 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-            while not self._idle.empty():
-                self._idle.get_nowait().close()
+            self._readers.close()
 
 
 class CachedBackend:
@@ -241,6 +216,7 @@ class CachedBackend:
 
     def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
         """`timeout_s` (transport settings never enter the key) is passed on to backends that support it."""
+        waiting()  # a sample's first call ends its turn at the CPU (balms.models.slots.Turns)
         if self.mode == "off":
             self._count(False)
             return self._call(messages, params, timeout_s)

@@ -9,14 +9,19 @@ keep many more samples going than servers have slots and the servers stay busy. 
 A 429/529 with `retry-after` pauses that server for everyone (`pause`), not only for the call that got it:
 every other request would meet the same limit.
 
-Who gets a freed slot: the waiting call of the oldest sample (`priority`, set per sample by the scheduler and
-inherited by a RAPTOR sample's day summaries), then arrival order. Why: in arrival order a RAPTOR sample's final
-call queued behind hundreds of other samples' day summaries, every sample finished at the very end, and the
-busiest server drained for two request times instead of one (issue 27, bench-scale at 16 servers).
+Who gets a freed slot: the waiting call of the best-ranked sample (`priority`, set per sample by the scheduler:
+a multi-call sample before any single call, then the oldest; inherited by a RAPTOR sample's day summaries), then
+arrival order. Why: in arrival order a RAPTOR sample's final call queued behind hundreds of other samples' day
+summaries, every sample finished at the very end, and the busiest server drained for two request times instead of
+one; single calls, which depend on nothing, fill the servers while the last chains drain (issue 27, bench-scale
+at 16 servers). The same rank orders the client's own CPU work as samples start (`Turns`).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -26,19 +31,78 @@ _local = threading.local()
 
 
 @contextmanager
-def priority(rank: float) -> Iterator[None]:
-    """Calls made in this block by this thread wait for a slot with `rank` (lower first; default 0)."""
-    old = getattr(_local, "rank", None)
-    _local.rank = rank
+def _this_thread(name: str, value) -> Iterator[None]:
+    """This thread's `name` is `value` in the block (then what it was before)."""
+    old = getattr(_local, name, None)
+    setattr(_local, name, value)
     try:
         yield
     finally:
-        _local.rank = old
+        setattr(_local, name, old)
+
+
+def priority(rank: float):
+    """Calls made in this block by this thread wait for a slot with `rank` (lower first; default 0)."""
+    return _this_thread("rank", rank)
 
 
 def current_priority() -> float | None:
     """This thread's rank (None: none set), to hand on to the threads that make calls for it."""
     return getattr(_local, "rank", None)
+
+
+class Turns:
+    """Ranked turns at the client's CPU for a sample's work before its first wait (its window, prompt, RAPTOR's
+    leaves and tree): at most `n` samples do it at once, the best rank first; a sample gives its turn back at its
+    first wait (`waiting`: a model call, RAPTOR's day summaries) or when it ends.
+
+    Why: with every cell in flight, hundreds of samples built their prompts at once on two cores; shared fairly,
+    none finished early, and the servers' first requests left only after every sample's preparation was done
+    (issue 27, bench-scale at 16 servers: 15-25 s with the servers idle). In turns, the first samples' requests
+    leave within a second. Safe from deadlock: a turn is taken only when a sample starts, and nothing a sample
+    waits for while it holds one needs a turn (its first wait gives the turn back)."""
+
+    def __init__(self, n: int | None = None):
+        self._cond = threading.Condition()
+        self._free = n or max(2, os.cpu_count() or 2)
+        self._waiting: list = []  # heap of (rank, arrival, event)
+        self._arrivals = itertools.count()
+
+    @contextmanager
+    def turn(self, rank: float) -> Iterator[None]:
+        me = (rank, next(self._arrivals), threading.Event())
+        with self._cond:
+            if self._free and not self._waiting:
+                self._free -= 1
+                me[2].set()
+            else:
+                heapq.heappush(self._waiting, me)
+        me[2].wait()
+        held = [True]
+
+        def give_back():
+            if held[0]:
+                held[0] = False
+                with self._cond:
+                    if self._waiting:
+                        heapq.heappop(self._waiting)[2].set()
+                    else:
+                        self._free += 1
+
+        try:
+            with _this_thread("give_back", give_back):
+                yield
+        finally:
+            give_back()
+
+
+def waiting() -> None:
+    """This thread is about to wait (for a server, another sample's call, its summaries): it gives back its turn
+    at the CPU (`Turns`), if it holds one."""
+    give_back = getattr(_local, "give_back", None)
+    if give_back is not None:
+        _local.give_back = None
+        give_back()
 
 
 ANTHROPIC = "anthropic"  # the slot key of the Anthropic API (its limit is per account, not per URL)
@@ -92,6 +156,7 @@ class ServerSlots:
         calls wait is handed to one of them (`give`: the best rank, then the longest waiting), never to a call that
         arrives meanwhile, and wakes only that one (waking every waiter on every release cost the client more CPU
         than its requests with hundreds waiting: issue 27)."""
+        waiting()
         order = list(prefer or keys)
         me = threading.Event()
         with self._cond:

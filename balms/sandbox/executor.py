@@ -214,8 +214,11 @@ class _Worker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([self.resp_r], [], [], left)
-            if not ready:
+            # poll, not select: select() refuses a descriptor above 1,024, and a client with every cell in flight
+            # holds more (its connections to the servers, the stores' readers): PHIA failed to start (issue 27)
+            poller = select.poll()
+            poller.register(self.resp_r, select.POLLIN)
+            if not poller.poll(left * 1000):
                 return None
             chunk = os.read(self.resp_r, n - len(buf))
             if not chunk:
