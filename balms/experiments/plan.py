@@ -508,15 +508,19 @@ def servers_by_model(entries: list[str]) -> dict[str, int]:
     return out
 
 
-TAIL_CALLS = 2  # the last samples' chain of dependent calls: RAPTOR's day summaries (together), then its answer
+# The drain after the busiest server's work: its last requests, each as long as one request in a full batch. The
+# scheduler runs the chains of dependent calls (RAPTOR, PHIA) first and single calls fill the servers while the
+# last chains drain, so one request time is left, not the last sample's whole chain (bench-scale: the busiest
+# server drained for 4, 7 and 17 s at 4, 8 and 16 servers, whose requests took 4, 8 and 16 s)
+TAIL_CALLS = 1
 
 
 def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughput: dict, *,
                    slots: int = 16, tail_calls: int = TAIL_CALLS) -> dict:
     """Wall hours with the scheduler (balms.experiments.scheduler) on `servers` ({model: n servers}): every
-    server busy until its model's work is done (GPU-hours / GPUs per server / servers), then the last samples'
-    chain of `tail_calls` dependent calls, each as long as one request in a batch of `slots` (a server's
-    requests in flight): the run lasts as long as the busiest model's. Claude runs over the API beside them."""
+    server busy until its model's work is done (GPU-hours / GPUs per server / servers), then a drain of
+    `tail_calls` request times, each as long as one request in a batch of `slots` (a server's requests in
+    flight): the run lasts as long as the busiest model's. Claude runs over the API beside them."""
     from balms.models.registry import UnknownModelError, spec
 
     per_model, tails, missing = {}, {}, []
