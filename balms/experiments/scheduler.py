@@ -14,6 +14,11 @@ Spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`): balms.experiments.budget; sam
 are not started, the report says how far the run got. Threads: each cell runs `cfg.concurrency` samples at
 once; cells are started in an order that alternates models (so every server gets work first) for as long as
 the threads in use stay within `cfg.scheduler_threads`.
+
+Order: each sample gets a rank (multi-call samples before single calls, then the order they started); its calls
+wait for a server slot in that rank, its RAPTOR day summaries queue on their model's pool in it, and as it starts
+it waits for a turn at the client's CPU in it (per model: balms.models.slots.Turns). Chains of calls start first
+and single calls fill the servers while the last chains drain (bench-scale: a drain of about one request time).
 """
 
 from __future__ import annotations
