@@ -48,6 +48,8 @@ class Typical:
     phia_calls: int = TYPICAL_PHIA_CALLS
     output_share: float = TYPICAL_OUTPUT_SHARE
     answer_share: float = 1.0
+
+
 PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
 ASSUMPTIONS = [
     "cells shared by notebooks run once and count under the first notebook (06 re-reads 01/02 cells)",
@@ -433,8 +435,9 @@ def build_plan(
 
 
 def _summaries(cfg, co, samples, agent, cnt, budget, per_cell, user_history, day_tables, P,
-               share: float = TYPICAL_OUTPUT_SHARE) -> tuple[Usage, Usage]:
-    """RAPTOR day summaries of one summary set: distinct (user, memory day) x the mean summary prompt."""
+               share: float) -> tuple[Usage, Usage]:
+    """RAPTOR day summaries of one summary set: distinct (user, memory day) x the mean summary prompt; `typical`
+    at `share` of the budget (Typical.output_share)."""
     import dataclasses
 
     import pandas as pd

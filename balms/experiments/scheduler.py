@@ -175,8 +175,10 @@ _TIER = 1 << 40  # a sample of priority p ranks after every sample of a lower pr
 def _turns(model: str) -> Turns:
     """Each model's samples take turns at the client's CPU as they start (balms.models.slots.Turns), the models
     side by side: in one queue for all, the busiest model's samples waited behind the others' preparation while
-    its servers idled (bench-scale at 4 servers: 0.895 of the bound, 0.957 without turns)."""
+    its servers idled (bench-scale at 4 servers: 0.895 of the bound; per model 0.90-0.91; 0.957 before turns,
+    which cost 4 servers a mid-run gap that 16 servers gained back: docs/runbook.md)."""
     return Turns()
+
 
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
