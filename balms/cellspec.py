@@ -3,7 +3,8 @@
 A cell is (dataset, system, model with its canonical name and exact id, what its backend adds to every request,
 CoT or not, look-back, the agent's full options with decoding, prompt style, the evaluation sample ids) plus two
 fingerprints: the data tables the prompts read and the code that builds prompts, runs tools and parses answers
-(the import closure of the cell's agent, the runner, the records and the backends: `cell_code_fingerprint`).
+(the import closure of the cell's agent, the records and its model's backend class: `cell_code_fingerprint`;
+scheduling, transport and stores are outside it, `NOT_CELL_CODE`).
 The spec's key names the run file and is stored in its manifest and in every record, so any change to what a
 cell would compute (a new prompt, a fixed parser, a regenerated cohort) gives a new run file instead of
 silently reusing old records. Unchanged model
@@ -29,22 +30,39 @@ from balms.codegraph import imports_of, modules_of, parents
 PACKAGE_ROOT = Path(__file__).resolve().parent
 
 # ------------------------------------------------------------------------------ the code fingerprint ---
-# A cell's records are computed by its agent (prompts, tools, parsing), the runner that calls it and writes the
-# records, and the backend the model registry builds (which may add to a request, e.g. llama.cpp's default
-# system message). The fingerprint hashes the import closure of those modules (imports anywhere in a file, plus
-# code loaded by name: the sandbox worker that PHIA's executor starts as a separate process, see
-# balms.codegraph), so no hand-written list can miss a module.
-CELL_ROOTS = ("balms.runner", "balms.records", "balms.models.registry")
-# Reached by the walk but not part of any cell's code, and not followed: what they compute reaches a cell only
-# as the tables it reads, which the data fingerprint hashes (a loader's fix that changes no table changes no
-# record). The data registry names each loader ("balms.data.pmdata:load_pmdata"), the schema imports the data
-# fingerprint's code. Everything else under balms.data that loaders use (loading, synthetic cohorts) is not
-# reached at all. tests/test_code_fingerprint.py checks that each entry is reached and every loader excluded.
+# A cell's records change only when what is sent to a model or how its answer is read changes: the agent (prompts,
+# windows, tools, the sandbox a PHIA step runs in, parsing), the record it writes, and the module of the backend
+# class that serves its model (what that backend adds to a request, how it reads a reply; what it adds is also in
+# the spec as `request_additions`). The fingerprint hashes the import closure of those roots (imports anywhere in
+# a file, plus code loaded by name, e.g. the sandbox worker that PHIA's executor starts as a separate process:
+# see balms.codegraph), so no hand-written list can miss a module that shapes a request.
+CELL_ROOTS = ("balms.records",)
+# What the walk reaches but must not follow: code that moves no request and reads no answer. Changing it cannot
+# change a record, so it must not re-key a cell. The one place that says what is outside the key, and why;
+# tests/test_code_fingerprint.py checks each entry is reached (none is stale), that editing any module outside
+# leaves every key unchanged and editing any module inside changes it.
+_LOADER = "a loader (data registry): its tables are hashed by the data fingerprint"
+_TRANSPORT = "transport: how a request travels (slots, servers), not what it says"
+_STORE = "storage: where answers and records are kept, not what they say"
 NOT_CELL_CODE: dict[str, str] = {
-    "balms.data.pmdata": "a loader (data registry): its tables are hashed by the data fingerprint",
-    "balms.data.globem": "a loader (data registry): its tables are hashed by the data fingerprint",
-    "balms.data.diversityone": "a loader (data registry): its tables are hashed by the data fingerprint",
+    "balms.data.pmdata": _LOADER,
+    "balms.data.globem": _LOADER,
+    "balms.data.diversityone": _LOADER,
     "balms.data.fingerprint": "computes the data fingerprint itself (its output is in the spec)",
+    "balms.cellspec": "computes the keys themselves (a verdict's key is taken with it)",
+    "balms.codegraph": "computes the keys themselves",
+    "balms.models.registry": "names -> backends: the backend class's module is a root of its own, what it adds to a "
+                             "request is in the spec (request_additions)",
+    "balms.models.gguf_assets": "finds model files: the model's identity is its exact id in the spec",
+    "balms.models.pricing": "cost accounting",
+    "balms.threads": "scheduling: thread pools",
+    "balms.models.retrying": _TRANSPORT,
+    "balms.models.slots": _TRANSPORT,
+    "balms.models.discovery": _TRANSPORT,
+    "balms.models.cache": _STORE,
+    "balms.jsonl_store": _STORE,
+    "balms.stores": _STORE,
+    "balms.paths": _STORE,
 }
 
 
@@ -60,6 +78,17 @@ def digest(obj: Any, n: int = 16) -> str:
 # A verdict is computed by the judge loop and what it imports (rubric, G-Eval, the agents' own window renderer,
 # the backends): its code key is the import closure of this root, like a cell's, so no hand-written list can miss one.
 JUDGE_ROOTS = ("balms.judges.llm_judge",)
+
+
+def judge_roots(backend: str) -> tuple[str, ...]:
+    """Where a verdict's code starts: the judge loop and `backend`, the module of the judge model's backend class
+    (`balms.models.registry.backend_module`)."""
+    return (*JUDGE_ROOTS, backend)
+
+
+def judge_code_fingerprint(backend: str, root: str | None = None) -> str:
+    """The code key of a verdict (the closure of `judge_roots`)."""
+    return closure_fingerprint(judge_roots(backend), root)
 
 
 def _code_files(root: Path, rels: tuple[str, ...]) -> list[Path]:
@@ -137,13 +166,14 @@ def closure_fingerprint(roots: tuple[str, ...], root: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def cell_roots(agent: Any) -> tuple[str, ...]:
+def cell_roots(agent: Any, backend: str) -> tuple[str, ...]:
     """The modules a cell's code starts from: its agent class's module and those of its base classes (in balms
-    or the agent's own package), then CELL_ROOTS."""
+    or the agent's own package), CELL_ROOTS, and `backend`, the module of the backend class that serves the cell's
+    model (`balms.models.registry.backend_module`)."""
     cls = agent if isinstance(agent, type) else type(agent)
     own = cls.__module__.split(".")[0]
     mods = [c.__module__ for c in cls.__mro__ if c.__module__.split(".")[0] in ("balms", own)]
-    return tuple(dict.fromkeys([*mods, *CELL_ROOTS]))
+    return tuple(dict.fromkeys([*mods, *CELL_ROOTS, backend]))
 
 
 def _has_source(module: str) -> bool:
@@ -157,17 +187,19 @@ def _has_source(module: str) -> bool:
     return spec is not None and bool(spec.submodule_search_locations or spec.origin)
 
 
-def cell_code_fingerprint(agent: Any, root: str | None = None) -> str:
-    """The code fingerprint of a cell run by `agent` (an agent or its class).
+def cell_code_fingerprint(agent: Any, backend: str, root: str | None = None) -> str:
+    """The code fingerprint of a cell run by `agent` (an agent or its class) on a model served by the backend class
+    of module `backend`.
 
     Per cell, not global: a cell's key changes exactly when code in its own closure changes, so a fix to PHIA's
-    sandbox re-runs PHIA's cells and leaves Health-LLM's on disk (their records could not have changed); the
-    systems share the runner, records and backend code, so a change there re-keys every cell. Cached per process
-    (the walk parses each file once). An agent class defined where no source file exists (a notebook's
+    sandbox re-runs PHIA's cells and leaves Health-LLM's on disk (their records could not have changed), and a fix
+    to the HTTP backend leaves the embedded model's cells alone; the systems share the records and parsing code,
+    so a change there re-keys every cell. Scheduling, transport and stores are outside (NOT_CELL_CODE). Cached per
+    process (the walk parses each file once). An agent class defined where no source file exists (a notebook's
     `__main__`) adds its class source (`inspect.getsource`) to the fingerprint instead of a walk."""
     import inspect
 
-    roots = cell_roots(agent)
+    roots = cell_roots(agent, backend)
     located = tuple(r for r in roots if _has_source(r))
     fp = closure_fingerprint(located, root)
     if located == roots:

@@ -64,7 +64,7 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     """The spec of one cell, its samples (the config's seeded evaluation samples unless given) and agent.
     `key_only`: no backend is built (the spec is wanted, not a run)."""
     from balms.agents.registry import build_agent
-    from balms.models.registry import canonical_name, get_backend
+    from balms.models.registry import backend_module, canonical_name, get_backend
 
     if samples is None:
         samples = eval_samples(cfg, dataset, lookback, system=system, cot=cot)
@@ -78,7 +78,8 @@ def make_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, c
     spec = CellSpec(dataset=dataset, system=system, model=canonical_name(model), model_id=backend.model_id,
                     request_additions=getattr(backend, "request_additions", {}), cot=cot, lookback=lb,
                     options=opts, prompt_style=opts.get("style"), sample_ids=tuple(s.sample_id for s in samples),
-                    data_fingerprint=cohort(dataset, cfg).fingerprint, code_fingerprint=cell_code_fingerprint(agent))
+                    data_fingerprint=cohort(dataset, cfg).fingerprint,
+                    code_fingerprint=cell_code_fingerprint(agent, backend_module(model)))
     return Cell(spec, samples, agent)
 
 
@@ -88,6 +89,7 @@ def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
 
     from balms.agents.registry import get_system, make_agent
     from balms.data.schema import DataError
+    from balms.models.registry import backend_module
 
     cfg = cfg or ExperimentConfig()
     co = cohort(spec.dataset, cfg)
@@ -113,7 +115,7 @@ def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
 
         opts["limits"] = SandboxLimits(**opts["limits"])
     agent = make_agent(spec.system, cot=spec.cot, **opts)
-    rebuilt = spec.model_copy(update={"code_fingerprint": cell_code_fingerprint(agent)})
+    rebuilt = spec.model_copy(update={"code_fingerprint": cell_code_fingerprint(agent, backend_module(spec.model))})
     differs = sorted(k for k in set(spec.options) | set(agent.options())
                      if json.dumps(spec.options.get(k), sort_keys=True, default=str)
                      != json.dumps(agent.options().get(k), sort_keys=True, default=str))

@@ -414,10 +414,12 @@ def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kw
 def verdict_key(*, judge_model: str, model_id: str, justify: bool, max_tokens: int, mode: str,
                 grounding_hint: bool) -> str:
     """A stored verdict is reused only when judge model, mode, grounding hint, budget and judge code are unchanged."""
-    from balms.cellspec import JUDGE_ROOTS, closure_fingerprint, digest
+    from balms.cellspec import digest, judge_code_fingerprint
+    from balms.models.registry import backend_module
 
+    code = judge_code_fingerprint(backend_module(judge_model))
     return digest({"judge_model": judge_model, "model_id": model_id, "justify": justify, "max_tokens": max_tokens,
-                   "mode": mode, "grounding_hint": grounding_hint, "code": closure_fingerprint(JUDGE_ROOTS)})
+                   "mode": mode, "grounding_hint": grounding_hint, "code": code})
 
 
 def _read_verdicts(path, key: str, retry_errors: bool = True) -> dict[str, dict]:

@@ -29,6 +29,15 @@ from balms.stores import one_per_key
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+
+# Each backend kind's class ("module:Class"): `build_raw_backend` builds it, and a cell's code key covers that
+# module's source (what the backend adds to a request and how it reads a reply), not the other kinds'.
+BACKEND_CLASSES = {
+    "llamacpp": "balms.models.llamacpp:LlamaCppBackend",
+    "openai": "balms.models.openai_http:OpenAICompatBackend",
+    "vllm-local": "balms.models.vllm_local:VLLMLocalBackend",
+    "anthropic": "balms.models.anthropic_api:AnthropicBackend",
+}
 JUDGE_MODEL = "Llama-3.3-70B-Instruct"
 
 
@@ -141,6 +150,25 @@ def request_additions(name: str, **overrides) -> dict:
     return {}
 
 
+def backend_module(name: str, kind: str | None = None) -> str:
+    """The module of the backend class that serves `name` (a served-only name: the OpenAI-compatible one)."""
+    if kind is None:
+        try:
+            kind = spec(name).backend
+        except UnknownModelError:
+            kind = "openai"
+    if kind not in BACKEND_CLASSES:
+        raise ValueError(f"model {name!r}: unknown backend kind {kind!r} ({', '.join(BACKEND_CLASSES)})")
+    return BACKEND_CLASSES[kind].split(":")[0]
+
+
+def _backend_class(kind: str):
+    import importlib
+
+    module, cls = BACKEND_CLASSES[kind].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
 def additions_for_model_id(model_id: str) -> dict:
     """`request_additions` of the registry model with this exact id ({} for an id the registry does not know:
     a served-only model, whose backend adds nothing unless told to)."""
@@ -212,15 +240,15 @@ def build_raw_backend(name: str, **overrides):
     if kind != "openai":
         overrides.pop("servers", None)
     model_id = overrides.pop("model_id", None)
+    if kind not in BACKEND_CLASSES:
+        raise ValueError(f"model {name!r}: unknown backend kind {kind!r} ({', '.join(BACKEND_CLASSES)})")
+    backend_class = _backend_class(kind)
     if kind == "llamacpp":
         from balms.models.gguf_assets import gguf_path
-        from balms.models.llamacpp import LlamaCppBackend
 
         path = overrides.pop("model_path", None) or (lambda: gguf_path(s.asset))
-        return LlamaCppBackend(path, model_id or s.model_id, name=s.name, **overrides)
+        return backend_class(path, model_id or s.model_id, name=s.name, **overrides)
     if kind == "openai":
-        from balms.models.openai_http import OpenAICompatBackend
-
         urls, routed = _base_urls(overrides)
         if not urls:
             raise ValueError(
@@ -228,18 +256,12 @@ def build_raw_backend(name: str, **overrides):
                 "e.g. http://gpu1:8000/v1,http://gpu2:8000/v1) or a profile's `servers:`, or pass base_urls=[...]; "
                 "see balms.models.openai_http")
         overrides.setdefault("reasoning_model", s.is_reasoning)
-        return OpenAICompatBackend(model_id or s.model_id, urls, name=s.name, routed=routed, **overrides)
+        return backend_class(model_id or s.model_id, urls, name=s.name, routed=routed, **overrides)
     if kind == "vllm-local":
-        from balms.models.vllm_local import VLLMLocalBackend
-
         overrides.setdefault("tensor_parallel_size", s.tensor_parallel)
-        return VLLMLocalBackend(model_id or s.model_id, name=s.name, **overrides)
-    if kind == "anthropic":
-        from balms.models.anthropic_api import AnthropicBackend
-
-        mid = model_id or os.environ.get("BALMS_ANTHROPIC_MODEL") or s.model_id
-        return AnthropicBackend(mid, name=s.name, **overrides)
-    raise ValueError(f"model {name!r}: unknown backend kind {kind!r} (llamacpp, openai, vllm-local, anthropic)")
+        return backend_class(model_id or s.model_id, name=s.name, **overrides)
+    mid = model_id or os.environ.get("BALMS_ANTHROPIC_MODEL") or s.model_id  # anthropic
+    return backend_class(mid, name=s.name, **overrides)
 
 
 def default_cache_path() -> Path:
