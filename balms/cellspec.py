@@ -48,6 +48,8 @@ NOT_CELL_CODE: dict[str, str] = {
     "balms.data.pmdata": _LOADER,
     "balms.data.globem": _LOADER,
     "balms.data.diversityone": _LOADER,
+    "balms.data.synthetic*": "a synthetic writer (data registry): the tables read from its cohort are hashed by the "
+                             "data fingerprint",
     "balms.data.fingerprint": "computes the data fingerprint itself (its output is in the spec)",
     "balms.cellspec": "computes the keys themselves (a verdict's key is taken with it)",
     "balms.codegraph": "computes the keys themselves",

@@ -206,16 +206,3 @@ def test_runs_status_strict_fails_on_a_superseded_file(scripted, capsys):
         assert "superseded: pmdata/healthllm__x__zs__L14__0123456789abcdef.jsonl" in capsys.readouterr().out
     finally:
         config.PROFILES_DIR = saved
-
-
-def test_per_dataset_prompt_facts_cover_exactly_the_registered_datasets():
-    """Prompt phrasing lives with the prompts; these tables must name exactly the registered datasets and agree
-    with the registry's label scale."""
-    from balms.agents.paper_prompts import PAPER_TARGETS
-    from balms.data.registry import dataset_names, get_dataset
-    from balms.judges.llm_judge import DATASET_TARGETS
-    from balms.metrics import DATASET_SCALES
-
-    assert set(PAPER_TARGETS) == set(DATASET_TARGETS) == set(DATASET_SCALES) == set(dataset_names())
-    for d in dataset_names():
-        assert DATASET_TARGETS[d][1:] == get_dataset(d).scale == DATASET_SCALES[d], d

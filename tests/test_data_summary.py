@@ -28,9 +28,22 @@ def test_table5_has_every_paper_row_with_ours_beside():
     assert gl["paper_n_samples"] == 1640 and math.isnan(gl["ours_mean_predictor_mae"])  # no baseline: NaN, no crash
 
 
-def test_table5_unknown_dataset_is_named():
-    with pytest.raises(KeyError, match="no paper row for dataset.*'mimic'"):
+def test_table5_unregistered_dataset_is_named_and_a_registered_one_without_a_paper_row_gets_its_own():
+    with pytest.raises(ValueError, match="unknown dataset 'mimic'"):
         table5_eval_sets({"mimic": _summ("real", 1, 1, 0.1)})
+    import dataclasses
+
+    from balms.data import registry
+
+    spec = dataclasses.replace(registry.get_dataset("pmdata"), name="mimic", display_name="MIMIC (ours)",
+                               synthetic_stream=99)
+    registry.register_dataset(spec)
+    try:
+        t5 = table5_eval_sets({"mimic": _summ("real", 3, 7, 0.1)}).set_index("dataset")
+    finally:
+        del registry._DATASETS["mimic"]
+    assert t5.loc["MIMIC (ours)", "ours_n_samples"] == 7 and t5.loc["MIMIC (ours)", "cohort"] == "not in the paper"
+    assert pd.isna(t5.loc["MIMIC (ours)", "paper_n_samples"]) and len(t5) == 4  # the paper's three rows kept
 
 
 def test_sample_rule_table_marks_the_benchmark_rule_and_counts_every_filter():

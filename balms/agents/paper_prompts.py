@@ -28,8 +28,6 @@ The paper prints this for PMData only. What is extrapolated here, and why:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from balms.data.agent_input import SENSOR_HEADER, input_lines
 from balms.data.paper_notation import (
     PaperChannel,
@@ -42,32 +40,21 @@ from balms.data.paper_notation import (
     profile_block,
     sensor_lines,
 )
+from balms.data.registry import PromptTarget as PaperTarget
+from balms.data.registry import get_dataset
 from balms.data.schema import Channel, Window
 
 __all__ = ["SENSOR_HEADER", "PaperChannel", "channel_line", "context_lines", "day_label", "day_values",
            "format_paper", "healthllm_prompt", "paper_channel", "profile_block", "prompt_around", "sensor_lines"]
 
 
-@dataclass(frozen=True)
-class PaperTarget:
-    """The target as the template names it: purpose line, task instruction, question; the range printed
-    (None = the dataset's native scale)."""
-
-    purpose: str
-    name: str
-    question: str
-    printed_range: tuple[int, int] | None = None
-
-
-PAPER_TARGETS = {
-    "pmdata": PaperTarget("stress level", "Stress", "stress", (0, 5)),
-    "globem": PaperTarget("anxiety level", "PHQ-4 Anxiety", "PHQ-4 anxiety"),
-    "diversityone": PaperTarget("mood", "Mood", "mood"),
-}
-
 def paper_target(window: Window) -> PaperTarget:
+    """How the template names the window's target: its dataset's declared `prompt`, else from the target's label."""
     t = window.target
-    got = PAPER_TARGETS.get(window.sample.dataset)
+    try:
+        got = get_dataset(window.sample.dataset).prompt
+    except ValueError:  # a window of no registered dataset (a test's, a harness's own samples)
+        got = None
     return got or PaperTarget(t.label, t.label[:1].upper() + t.label[1:], t.label)
 
 

@@ -17,7 +17,7 @@ from balms import paths
 from balms.data.baselines import run_baselines
 from balms.data.evaluation import EVALUATION_RULE_TEXT, EVALUATION_RULES, evaluate, mean_predictor_mae
 from balms.data.loading import load_dataset, load_from_dir
-from balms.data.registry import DATASETS, dataset_names, get_dataset
+from balms.data.registry import dataset_names, get_dataset
 from balms.data.samples import (
     DEFAULT_RULE,
     SAMPLE_RULE_TEXT,
@@ -145,7 +145,6 @@ def all_rule_summaries(datasets, *, seed: int = 0, rules=None) -> dict[str, dict
 TABLE5_COLUMNS = ["dataset", "target", "scale_min", "scale_max", "lookback_days", "cohort", "paper_n_samples",
                   "source", "ours_users", "ours_n_samples", "ours_n_test", "ours_mean_predictor_mae",
                   "paper_mean_predictor_mae"]
-_PAPER_NAMES = {n: get_dataset(n).display_name for n in dataset_names()}
 
 
 def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
@@ -156,11 +155,14 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
     """
     from balms.paper import paper_table
 
-    unknown = sorted(set(summaries) - set(_PAPER_NAMES))
-    if unknown:
-        raise KeyError(f"table5_eval_sets: no paper row for dataset(s) {unknown}; known: {sorted(_PAPER_NAMES)}")
     paper5 = paper_table("table5_eval_sets")
     paper5["dataset_key"] = paper5["dataset"].str.lower()
+    # a dataset the paper has no row for (a plugin's): its own row, the paper's columns empty
+    extra = [get_dataset(d) for d in summaries if d not in set(paper5["dataset_key"])]
+    rows = [{"dataset": d.display_name, "dataset_key": d.name, "scale_min": d.scale[0], "scale_max": d.scale[1],
+             "lookback_days": d.default_lookback, "cohort": "not in the paper"} for d in extra]
+    if rows:
+        paper5 = pd.concat([paper5, pd.DataFrame(rows, columns=paper5.columns)], ignore_index=True)
     ours = pd.DataFrame([{"dataset_key": d, "source": s["source"], "ours_users": s["n_users"],
                           "ours_n_samples": s["n_samples"],
                           "ours_n_test": (s.get("split") or {}).get("n_test"),
@@ -174,14 +176,13 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
     for c in ("ours_users", "ours_n_samples", "ours_n_test"):
         t5[c] = t5[c].astype("Int64")
     mae = paper_table("table3_zero_shot_mae").iloc[0]
-    t5["paper_mean_predictor_mae"] = t5["dataset"].map(
-        {name: mae[f"{key}_mae"] for key, name in _PAPER_NAMES.items()})
+    t5["paper_mean_predictor_mae"] = t5["dataset_key"].map(lambda key: mae.get(f"{key}_mae"))
     return t5[TABLE5_COLUMNS]
 
 
-def write_all(datasets=DATASETS, raw_root: Path | None = None) -> pd.DataFrame:
+def write_all(datasets=None, raw_root: Path | None = None) -> pd.DataFrame:
     rows = []
-    for name in datasets:
+    for name in datasets or dataset_names():
         raw = Path(raw_root) / name if raw_root and (Path(raw_root) / name).is_dir() else None
         summ, samples = dataset_summary(name, raw, return_samples=True)
         out = paths.processed_dir() / name
@@ -206,10 +207,10 @@ def write_all(datasets=DATASETS, raw_root: Path | None = None) -> pd.DataFrame:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all", action="store_true", help="every dataset")
-    ap.add_argument("--dataset", action="append", choices=DATASETS)
+    ap.add_argument("--dataset", action="append", choices=dataset_names())
     ap.add_argument("--raw-root", type=Path, default=None, help="folder with pmdata/ globem/ diversityone/")
     a = ap.parse_args(argv)
-    names = DATASETS if a.all or not a.dataset else a.dataset
+    names = dataset_names() if a.all or not a.dataset else a.dataset
     write_all(names, a.raw_root)
     return 0
 

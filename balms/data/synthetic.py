@@ -26,32 +26,31 @@ from pathlib import Path
 
 import numpy as np
 
-from balms.data import synthetic_diversityone, synthetic_globem, synthetic_pmdata
+from balms.data.registry import dataset_names, get_dataset
 from balms.paths import synthetic_dir
 
 MARKER = ".balms_synthetic.json"
-DEFAULT_SIZES = {"pmdata": (8, 120), "globem": (10, 90), "diversityone": (12, 28)}  # (users, days)
-_WRITERS = {
-    "pmdata": synthetic_pmdata.write_pmdata,
-    "globem": synthetic_globem.write_globem,
-    "diversityone": synthetic_diversityone.write_diversityone,
-}
-_PLANTED = {
-    "pmdata": synthetic_pmdata.PLANTED,
-    "globem": synthetic_globem.PLANTED,
-    "diversityone": synthetic_diversityone.PLANTED,
-}
+
+
+def _sizes() -> dict[str, tuple[int, int]]:
+    """(users, days) of each dataset's synthetic cohort, from its spec (tests may change an entry)."""
+    return {d: get_dataset(d).synthetic_size for d in dataset_names() if get_dataset(d).synthetic}
+
+
+DEFAULT_SIZES = _sizes()
 
 
 def _check(dataset: str) -> None:
-    if dataset not in _WRITERS:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {sorted(_WRITERS)}")
+    get_dataset(dataset)  # an unknown name: an error listing the known ones
+    if dataset not in DEFAULT_SIZES:
+        DEFAULT_SIZES.update(_sizes())  # a dataset registered after import (a plugin, a test)
+    get_dataset(dataset).synthetic_writer()  # no writer declared: an error naming the dataset
 
 
 def planted_relation(dataset: str) -> str:
     """Plain-language description of the behaviour-label relation planted in the synthetic cohort."""
     _check(dataset)
-    return _PLANTED[dataset]
+    return get_dataset(dataset).planted()
 
 
 def write_synthetic(dataset: str, out_dir: Path, *, seed: int = 0, n_users: int | None = None,
@@ -68,8 +67,8 @@ def write_synthetic(dataset: str, out_dir: Path, *, seed: int = 0, n_users: int 
         raise ValueError(f"need at least 1 user and 21 days, got {users} users x {days} days")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng([seed, list(_WRITERS).index(dataset)])
-    _WRITERS[dataset](out_dir, rng, users, days)
+    rng = np.random.default_rng([seed, get_dataset(dataset).stream()])
+    get_dataset(dataset).synthetic_writer()(out_dir, rng, users, days)
     (out_dir / MARKER).write_text(json.dumps(_marker(dataset, seed, users, days), indent=1))
     return out_dir
 
@@ -107,7 +106,7 @@ def generator_sources(dataset: str) -> dict[str, bytes]:
     dataset's writer, and the balms modules the writer imports, transitively (the DiversityOne writer
     takes its file and column names from the reader's constants)."""
     _check(dataset)
-    writer = _WRITERS[dataset].__module__
+    writer = get_dataset(dataset).synthetic_writer().__module__
     out = {__name__: _module_file(__name__).read_bytes()}
     todo = [writer]
     while todo:

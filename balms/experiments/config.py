@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from balms import paths
 from balms.agents import prompts
 from balms.agents.registry import PAPER_SYSTEMS, get_system, system_names
-from balms.data.registry import DATASETS
+from balms.data.registry import dataset_names
 
 # the profiles ship inside the package (an installed wheel has them); `profiles/` in the checkout links here
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -152,9 +152,9 @@ class ExperimentConfig(BaseModel):
     @field_validator("datasets", "horizon_datasets", "judge_datasets")
     @classmethod
     def _known_datasets(cls, v: list[str] | None) -> list[str] | None:
-        bad = [d for d in v or [] if d not in DATASETS]
+        bad = [d for d in v or [] if d not in dataset_names()]
         if bad:
-            raise ValueError(f"unknown dataset(s) {bad}; known: {list(DATASETS)}")
+            raise ValueError(f"unknown dataset(s) {bad}; known: {dataset_names()}")
         return v
 
     @field_validator("systems", "horizon_systems", "ablation_systems", "judge_systems", "cot_systems")
@@ -234,11 +234,11 @@ class ExperimentConfig(BaseModel):
     @classmethod
     def _sample_keys(cls, v: dict[str, int]) -> dict[str, int]:
         known = system_names()
-        valid = {f"{d}{s}{c}" for d in DATASETS for s in ("", *(f".{x}" for x in known)) for c in ("", ".cot")}
+        valid = {f"{d}{s}{c}" for d in dataset_names() for s in ("", *(f".{x}" for x in known)) for c in ("", ".cot")}
         for key, n in v.items():
             if key not in valid:
                 raise ValueError(f"n_samples_by key {key!r}: expected '<dataset>', '<dataset>.<system>', "
-                                 f"'<dataset>.cot' or '<dataset>.<system>.cot' with a dataset in {list(DATASETS)} "
+                                 f"'<dataset>.cot' or '<dataset>.<system>.cot' with a dataset in {dataset_names()} "
                                  f"and a system in {known}")
             if not isinstance(n, int) or n < 0:
                 raise ValueError(f"n_samples_by[{key!r}] = {n!r}: expected an integer >= 0")
@@ -248,8 +248,8 @@ class ExperimentConfig(BaseModel):
     @classmethod
     def _size_keys(cls, v: dict[str, int]) -> dict[str, int]:
         for key, n in v.items():
-            if key not in DATASETS:
-                raise ValueError(f"size_n_samples key {key!r}: expected a dataset in {list(DATASETS)}")
+            if key not in dataset_names():
+                raise ValueError(f"size_n_samples key {key!r}: expected a dataset in {dataset_names()}")
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"size_n_samples[{key!r}] = {n!r}: expected an integer >= 1")
         return v

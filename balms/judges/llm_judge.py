@@ -33,13 +33,6 @@ from balms.judges.rubric import (
 from balms.models.base import Backend, BackendError, GenParams, Message
 from balms.models.retrying import with_retries
 
-# Fallback target descriptions when a record's window is given as plain text (no Window.target).
-DATASET_TARGETS: dict[str, tuple[str, int, int]] = {
-    "pmdata": ("daily stress level", 1, 5),
-    "globem": ("PHQ-4 anxiety subscale item (feel_anxious)", 0, 3),
-    "diversityone": ("evening mood (1 = very good, 5 = very bad)", 1, 5),
-}
-
 UnscoredCode = Literal["empty_rationale", "backend_error", "invalid_output", "no_logprobs", "no_score_tokens"]
 JudgeMode = Literal["paper", "geval"]
 JUDGE_MODES: tuple[str, ...] = ("paper", "geval")
@@ -380,7 +373,8 @@ def judge_record(rec, tables_or_window_fn, backend: Backend, **kwargs) -> JudgeR
     """Judge one record's rationale against the window its agent saw. `tables_or_window_fn` is one of: a
     DatasetTables or a mapping dataset -> DatasetTables (windows rebuilt by `window_for_record`); a callable
     `record -> Window | str`; a mapping sample_id -> Window | str (text is used as given; the target and scale then
-    come from `DATASET_TARGETS`). The one path from a record to a judge request (notebook 07 and `balms judge run`).
+    come from the dataset's spec, `judge_target` and `scale`). The one path from a record to a judge request
+    (notebook 07 and `balms judge run`).
     """
     from balms.data.schema import Window
     from balms.records import PredictionRecord
@@ -391,10 +385,13 @@ def judge_record(rec, tables_or_window_fn, backend: Backend, **kwargs) -> JudgeR
         text = judge_window_text(win, rec)
         target, scale = win.target.label, (win.target.scale_min, win.target.scale_max)
     elif isinstance(win, str):
-        if rec.dataset not in DATASET_TARGETS:
-            raise KeyError(f"record {rec.sample_id}: unknown dataset {rec.dataset!r}; pass Windows instead of text")
-        target, lo, hi = DATASET_TARGETS[rec.dataset]
-        text, scale = win, (lo, hi)
+        from balms.data.registry import dataset_names, get_dataset
+
+        if rec.dataset not in dataset_names() or not get_dataset(rec.dataset).judge_target:
+            raise KeyError(f"record {rec.sample_id}: dataset {rec.dataset!r} declares no judge_target; pass Windows "
+                           "instead of text")
+        target, scale = get_dataset(rec.dataset).judge_target, get_dataset(rec.dataset).scale
+        text = win
     else:
         raise TypeError(f"window source returned {type(win).__name__} for {rec.sample_id}; expected Window or str")
     meta = {"sample_id": rec.sample_id, "dataset": rec.dataset, "user": rec.user, "system": rec.system,
