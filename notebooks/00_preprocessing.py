@@ -48,7 +48,7 @@ from balms.data.loading import load_dataset
 from balms.data.registry import dataset_names
 from balms.data.samples import DEFAULT_RULE, SAMPLE_RULE_TEXT
 from balms.data.summary import (all_rule_summaries, dataset_summary, evaluation_rule_table, evaluation_statement,
-                                sample_rule_table, table5_eval_sets)
+                                sample_rule_table, table5_eval_sets, table5_sentences)
 from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
@@ -144,11 +144,7 @@ report.save_table(t5, "table5_eval_sets", artefact="Table 5", notebook=NB, sourc
 t5
 
 # %%
-for _, r in t5.iterrows():
-    print(f"{r.dataset}: {r.source} data, {r.ours_users} users, {r.ours_n_samples} samples "
-          f"({r.ours_n_samples - r.paper_n_samples:+d} vs the paper's {r.paper_n_samples}; cohort: {r.cohort}); "
-          f"mean predictor {claims.fmt(r.ours_mean_predictor_mae, 3)} on {r.ours_n_test} held-out days "
-          f"vs the paper's {claims.fmt(r.paper_mean_predictor_mae)}.")
+print("\n".join(table5_sentences(t5)))
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(9, 3))

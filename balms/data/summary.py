@@ -180,6 +180,21 @@ def table5_eval_sets(summaries: dict[str, dict]) -> pd.DataFrame:
     return t5[TABLE5_COLUMNS]
 
 
+def table5_sentences(t5: pd.DataFrame) -> list[str]:
+    """One sentence per summarised row of `table5_eval_sets`: our counts against the paper's where it has them."""
+    def fmt(x, digits: int = 2) -> str:
+        return "n/a" if x is None or pd.isna(x) else f"{x:.{digits}f}"
+
+    out = []
+    for _, r in t5[t5["ours_n_samples"].notna()].iterrows():
+        paper = ("no paper row" if pd.isna(r.paper_n_samples) else
+                 f"{int(r.ours_n_samples - r.paper_n_samples):+d} vs the paper's {int(r.paper_n_samples)}")
+        out.append(f"{r.dataset}: {r.source} data, {r.ours_users} users, {r.ours_n_samples} samples ({paper}; "
+                   f"cohort: {r.cohort}); mean predictor {fmt(r.ours_mean_predictor_mae, 3)} on {r.ours_n_test} "
+                   f"held-out days vs the paper's {fmt(r.paper_mean_predictor_mae)}.")
+    return out
+
+
 def write_all(datasets=None, raw_root: Path | None = None) -> pd.DataFrame:
     rows = []
     for name in datasets or dataset_names():
