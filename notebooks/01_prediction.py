@@ -88,9 +88,7 @@ summary.round(3)
 # samples; the black marks are the paper's backbones (one mark each), drawn beside our bar.
 
 # %%
-p3 = report.paper_table("table3_zero_shot_mae")
-paper_pts = {(d, s): p3.loc[p3.system == ex.PAPER_SYSTEM_NAMES[s], f"{d}_mae"].tolist()
-             for d in cfg.datasets for s in cfg.systems}
+paper_pts = ex.paper_points(cfg.datasets, cfg.systems)
 fig = report.interval_bars(summary, x="system", y="mae", lo="mae_ci_low", hi="mae_ci_high", hue="model", col="dataset",
                           refs=dict(zip(mean_pred.dataset, mean_pred.mae_raw_mean)), ylabel="MAE",
                           paper_points=paper_pts, paper_refs=ex.paper_mean_predictor(cfg.datasets),

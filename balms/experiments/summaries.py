@@ -88,6 +88,17 @@ def paper_mean_predictor(datasets) -> dict[str, float]:
     return {d: float(row[f"{d}_mae"].iloc[0]) if len(row) and f"{d}_mae" in row else np.nan for d in datasets}
 
 
+def paper_points(datasets, systems, *, cot: bool = False) -> dict[tuple[str, str], list[float]]:
+    """The paper's Table 3 values per (dataset, system), one per backbone; [] where the paper has none (a dataset
+    or system of ours)."""
+    from balms.paper import paper_table
+
+    paper = paper_table("table3_zero_shot_mae")
+    col = lambda d: f"{d}_{'cot_' if cot else ''}mae"  # noqa: E731
+    return {(d, s): (paper.loc[paper["system"] == PAPER_SYSTEM_NAMES.get(s, s), col(d)].dropna().tolist()
+                     if col(d) in paper else []) for d in datasets for s in systems}
+
+
 def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot: bool) -> pd.DataFrame:
     """Table 3 layout: one row per (dataset, system); a column group per backbone.
 
@@ -108,7 +119,7 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
     for (d, s), g in sub.groupby(["dataset", "system"], sort=False):
         col = f"{d}_{'cot_' if cot else ''}mae"
         pr = paper[paper["system"] == PAPER_SYSTEM_NAMES.get(s, s)]
-        paper_of = dict(zip(pr["backbone"], pr[col], strict=True))
+        paper_of = dict(zip(pr["backbone"], pr[col], strict=True)) if col in pr else {}  # a dataset of ours: none
         ours_of = {r.model: r for r in g.itertuples()}
         row = {"dataset": d, "system": PAPER_SYSTEM_NAMES.get(s, s)}
         for b in order:
