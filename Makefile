@@ -32,7 +32,7 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router install-sky test test-fast test-slow test-notebooks sandbox-selftest data fidelity paper notebook \
         report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles bench-scale clean-runs lint export-responses bundle \
-        replay-check plan plan-confirm paper-dryrun book lab FORCE
+        replay-check plan plan-confirm paper-dryrun docs book lab FORCE
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -183,7 +183,10 @@ bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bund
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE) --set "$$BALMS_P"
 
-book: ## The book: docs/ and the committed executed notebooks (demo; CPU study's 08) as a static site in build/book
+docs: ## Rewrite every measured number the docs show (docs/_generated/, the README's claims table) from the committed results
+	PYTHONPATH=$(CURDIR) $(PY) scripts/make_docs.py
+
+book: docs ## The book: docs/ and the committed executed notebooks (demo; CPU study's 08) as a static site in build/book
 	$(PY) scripts/build_book.py --out build/book
 
 LAB_PORT ?= 8888
