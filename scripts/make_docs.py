@@ -296,7 +296,81 @@ def inside_agents_page() -> str:
     return "".join(out)
 
 
+def llama_page() -> str:
+    d = _json(ROOT / "bench" / "llama.json")
+    t = d["threads"]
+    two = t["two_1_thread_processes"]
+    rows = [["installed build (all threads)", f"{d['installed']['prompt_tok_s']:.1f}", f"{d['installed']['gen_tok_s']:.1f}"],
+            ["portable wheel", f"{d['portable_wheel']['prompt_tok_s']:.1f}", f"{d['portable_wheel']['gen_tok_s']:.1f}"],
+            ["1 thread", f"{t['1_thread']['prompt_tok_s']:.1f}", f"{t['1_thread']['gen_tok_s']:.1f}"],
+            ["2 threads", f"{t['2_threads']['prompt_tok_s']:.1f}", f"{t['2_threads']['gen_tok_s']:.1f}"],
+            ["two 1-thread processes at once (sum)", f"{sum(x['prompt_tok_s'] for x in two):.1f}",
+             f"{sum(x['gen_tok_s'] for x in two):.1f}"]]
+    r = d["ratio_installed_vs_portable"]
+    return (HEADER.format(src="bench/llama.json (`make bench-llama`)")
+            + f"The embedded model on this machine ({d['cpus']} cores; a {d['installed']['prompt_tokens']:,}-token "
+              "prompt, one repeat each), tokens per second:\n\n"
+            + _table(["llama.cpp", "prompt tokens/s", "generated tokens/s"], rows)
+            + f"\nInstalled build against the portable wheel: prompt x{r['prompt']:.2f}, generation "
+              f"x{r['generation']:.2f}; 2 threads against 1: prompt x{t['ratio_2_threads_vs_1']['prompt']:.2f}; "
+              f"two 1-thread processes against one: x{t['ratio_two_processes_vs_1_thread']['prompt']:.2f} in total.\n")
+
+
+def demo_checks_page() -> str:
+    import pandas as pd
+
+    t = pd.read_csv(ROOT / "tables" / "demo_checks.csv")
+    return (HEADER.format(src="tables/demo_checks.csv (notebooks 01, 02, 05, 07)")
+            + "Whether each mechanism of the committed demo visibly did its job (`tests/test_demo_results.py` "
+              "recomputes each verdict from its value and goal):\n\n"
+            + _table(["check", "value", "goal", "passed", "notebook"],
+                     [[f"`{r.check}`", f"{r.value:g}", r.goal, "yes" if r.passed else "**no**", r.notebook]
+                      for r in t.itertuples()]))
+
+
+def sample_rules_page() -> str:
+    import pandas as pd
+
+    rules = pd.read_csv(ROOT / "tables" / "sample_rules.csv")
+    ev = pd.read_csv(ROOT / "tables" / "evaluation_rules.csv")
+    wide = rules.pivot_table(index="rule", columns="dataset", values=["n_samples", "mean_predictor_mae"],
+                             aggfunc="first", sort=False)
+    datasets = [d for d in ("pmdata", "globem", "diversityone") if d in set(rules.dataset)]
+    src = rules.drop_duplicates("dataset").set_index("dataset")
+    header = ["rule"] + [f"{d} ({src.source[d]}) samples / mean predictor (paper {src.paper_n_samples[d]:,} / "
+                         f"{src.paper_mean_predictor_mae[d]:.2f})" for d in datasets]
+    rows = [[f"`{rule}`"] + [f"{int(wide.loc[rule, ('n_samples', d)]):,} / {wide.loc[rule, ('mean_predictor_mae', d)]:.3f}"
+                             for d in datasets] for rule in wide.index]
+    balms = ev[ev.sample_rule == "balms"]
+    ev_src = balms.drop_duplicates("dataset").set_index("dataset")
+    datasets = [d for d in ("pmdata", "globem", "diversityone") if d in ev_src.index]
+    ev_rows = [[f"`{r.evaluation_rule}`"] + [
+        f"{balms[(balms.dataset == d) & (balms.evaluation_rule == r.evaluation_rule)].n_scored.iloc[0]:,} / "
+        f"{balms[(balms.dataset == d) & (balms.evaluation_rule == r.evaluation_rule)].mean_predictor_mae.iloc[0]:.3f}"
+        for d in datasets] for r in balms.drop_duplicates("evaluation_rule").itertuples()]
+    return (HEADER.format(src="tables/sample_rules.csv and tables/evaluation_rules.csv (notebook 00)")
+            + "Each sample rule's samples and mean-predictor MAE (under `heldout30`), per dataset:\n\n"
+            + _table(header, rows)
+            + "\nUnder the sample rule `balms`, each evaluation rule's scored samples and mean-predictor MAE:\n\n"
+            + _table(["evaluation rule"] + [f"{d} ({ev_src.source[d]}) scored / mean predictor (paper "
+                                            f"{ev_src.paper_mean_predictor_mae[d]:.2f})" for d in datasets], ev_rows))
+
+
+def evaluation_page() -> str:
+    from balms.data.samples import DEFAULT_RULE
+    from balms.data.summary import evaluation_statement
+    from balms.experiments import config
+
+    rule = config.load("demo").evaluation_rule
+    return (HEADER.format(src="balms.data.summary.evaluation_statement (the demo profile's rule)")
+            + evaluation_statement(DEFAULT_RULE, rule) + "\n")
+
+
 PAGES = {
+    "evaluation.md": evaluation_page,
+    "llama.md": llama_page,
+    "sample_rules.md": sample_rules_page,
+    "demo_checks.md": demo_checks_page,
     "claims.md": claims_page,
     "scale.md": scale_page,
     "timing.md": timing_page,

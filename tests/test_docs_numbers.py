@@ -25,7 +25,7 @@ MEASURED = {
     "size": r"(?<![\w.])\d+(?:\.\d+)?\s?(?:KB|MB|GB|TB)\b",
     "multiplier": r"(?<![\w.])(?:x\d+(?:\.\d+)?|\d+(?:\.\d+)?x)(?![\w.])",
     "share": r"(?<![\w.])(?!95%)\d+(?:\.\d+)?%",
-    "clock": r"(?<![\w.:])\d{1,3}:\d{2}(?![\d:])",  # 8:15 cold
+    "clock": r"(?<![\w.:])(?!0\d)\d{1,3}:\d{2}(?![\d:])",  # 8:15 cold
     "count": r"\b\d[\d,]* of (?:the )?\d[\d,]* (?:cells|episodes|replies|days|samples|records|calls|runs|prompts)\b",
 }
 PATTERN = re.compile("|".join(f"(?P<{k}>{v})" for k, v in MEASURED.items()))
