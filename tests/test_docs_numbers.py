@@ -29,6 +29,9 @@ MEASURED = {
     "count": r"\b\d[\d,]* of (?:the )?\d[\d,]* (?:cells|episodes|replies|days|samples|records|calls|runs|prompts)\b",
 }
 PATTERN = re.compile("|".join(f"(?P<{k}>{v})" for k, v in MEASURED.items()))
+# generated blocks: make docs's, and the runbook's plan table (tests/test_plan.py checks it equals `balms plan`)
+GENERATED_BLOCKS = re.compile(r"<!-- BEGIN generated:(\S+) -->.*?<!-- END generated:\1 -->|<!-- plan \S+ -->.*?<!-- /plan -->",
+                              re.S)
 CODE = re.compile(r"```.*?```|``[^`\n]+``|`[^`\n]*`", re.S)
 # Not ours to measure, by the words before it in its sentence: a number the paper states ("the paper 0.48",
 # "Table 3: PMData 0.48", "Table 7 gives ... 2.11"), an example ("e.g. 1.80") or hardware ("48 GB GPUs").
@@ -53,7 +56,7 @@ def _not_ours(prose: str, start: int, end: int) -> bool:
 
 def measured_numbers(text: str, docstring: bool = False) -> list[str]:
     """The measured-looking numbers of a prose text (code spans and blocks, arXiv ids and paper citations aside)."""
-    prose = CODE.sub(" ", make_docs.BLOCK.sub(" ", text))
+    prose = CODE.sub(" ", GENERATED_BLOCKS.sub(" ", text))
     if docstring:
         prose = QUOTED.sub(" ", prose)
     hits = []
