@@ -150,7 +150,8 @@ $(EXEC_DIR)/%.ipynb: notebooks/%.py notebooks/%.ipynb profiles/$(PROFILE).yaml $
 	@# PYTHONPATH: the kernels import this checkout's balms, not the checkout a shared venv was installed from
 	@PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} BALMS_NOTEBOOK=$* BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
 	  $(VENV)/bin/papermill -k balms --cwd notebooks --no-progress-bar --stderr-file - --log-level WARNING \
-	  -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@ && echo "[$*] done in $$SECONDS s" \
+	  -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@ && $(PY) scripts/sanitize_notebook.py $@ \
+	  && echo "[$*] done in $$SECONDS s" \
 	  || { echo "[$*] FAILED$$(mv -f $@ $@.failed 2>/dev/null && echo "; executed notebook kept as $@.failed")"; exit 1; }
 
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]

@@ -234,13 +234,13 @@ def inside_agents_page() -> str:
     name, r = study_record("healthllm", want=lambda r: not r["cot"])
     prompt = next(t for t in r["transcript"] if t["kind"] == "prompt")
     answer = next(t for t in r["transcript"] if t["kind"] == "completion")
-    out += ["### A Health-LLM prompt and its answer\n\n", _where(name, r), _fence(prompt["content"]),
+    out += ["## A Health-LLM prompt and its answer\n\n", _where(name, r), _fence(prompt["content"]),
             "\nThe model's reply:\n\n", _fence(answer["content"])]
 
     name, r = study_record("rag", want=lambda r: not r["cot"])
     ret = next(t for t in r["transcript"] if t["kind"] == "retrieval")
     meta = ret["meta"]
-    out += ["\n### A RAG retrieval with its scores\n\n", _where(name, r),
+    out += ["\n## A RAG retrieval with its scores\n\n", _where(name, r),
             "The query is the most recent day of the window; the candidates are the window's other days, ranked by "
             "cosine similarity of their embeddings.\n\nQuery:\n\n", _fence(meta["query"]),
             f"\nTop {len(meta['dates'])} of {meta['n_candidates']} candidate days:\n\n",
@@ -254,7 +254,7 @@ def inside_agents_page() -> str:
                 (pd.Timestamp(x["day"]) - pd.Timestamp(tree[-1]["day"])).days != 1:
             break
         tree.append(x)
-    out += ["\n### A RAPTOR tree with its summaries\n\n",
+    out += ["\n## A RAPTOR tree with its summaries\n\n",
             f"*Day nodes of user {first['user']} ({first['dataset']}) from the demo's committed `raptor_summaries` "
             f"rows (`results/demo/responses.jsonl.gz`, model `{first['model_id']}`, an embedded CPU model).* "
             "RAPTOR's tree has two levels here: the sub-day records of each look-back day are its leaves, and one "
@@ -270,7 +270,7 @@ def inside_agents_page() -> str:
         name, r = study_record("phia", want=lambda r: _has_code_and_output(r) and _reads_data_and_shows_it(r))
     except LookupError:
         name, r = study_record("phia", want=_has_code_and_output)
-    out += ["\n### A PHIA episode: code, output, answer\n\n", _where(name, r)]
+    out += ["\n## A PHIA episode: code, output, answer\n\n", _where(name, r)]
     for t in r["transcript"]:
         if t["kind"] == "prompt" and t is r["transcript"][0]:
             out += ["**Task** (first lines):\n\n", _fence("\n".join(t["content"].splitlines()[:6]))]
@@ -287,7 +287,7 @@ def inside_agents_page() -> str:
 
     judged = pd.read_csv(DEMO_JUDGED)
     cols = ["faithfulness", "evidence_grounding", "domain_knowledge", "safety", "clarity", "overall"]
-    out += ["\n### The judge's verdict\n\n",
+    out += ["\n## The judge's verdict\n\n",
             f"*The demo's judge ({judged.judge_model.iloc[0]}, `{judged.judge_mode.iloc[0]}` mode) on the paper's "
             "Appendix D.1 case-study rationales (`tables/case_study_d1_judged.csv`); the committed results keep no "
             "judge verdict on the episode above.*\n\n",
