@@ -32,3 +32,32 @@ html_show_sourcelink = False
 html_static_path = ["_static"]
 html_css_files = ["balms.css"]
 html_last_updated_fmt = None
+
+
+# Formulas ($...$, $$...$$) become MathML when the book is built (latex2mathml), which browsers render natively:
+# no MathJax from a CDN, so the book's math shows offline and a page loads nothing from the network.
+html_math_renderer = "mathml"
+
+
+def _mathml(latex: str, block: bool) -> str:
+    from latex2mathml.converter import convert
+
+    return convert(latex, display="block" if block else "inline")
+
+
+def _inline(self, node):
+    from docutils import nodes
+
+    self.body.append(f'<span class="math">{_mathml(node.astext(), False)}</span>')
+    raise nodes.SkipNode
+
+
+def _block(self, node):
+    from docutils import nodes
+
+    self.body.append(f'<div class="math">{_mathml(node.astext(), True)}</div>')
+    raise nodes.SkipNode
+
+
+def setup(app):
+    app.add_html_math_renderer("mathml", (_inline, None), (_block, None))

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "scripts"))
 import make_docs  # noqa: E402  (the one formatting of a measured time)
+
 # where each profile's executed notebooks and artefact index are committed, and the notebooks each must provide:
 # the demo every notebook but the CPU study's, the CPU study its notebook 08 (every notebook has a page)
 PROFILES = {

@@ -82,8 +82,9 @@ def claims_rows(claims: tuple[str, ...] | None = None, answer: bool = False) -> 
 
 
 def claims_page() -> str:
-    from balms.experiments import study
     import pandas as pd
+
+    from balms.experiments import study
 
     header = ["claim (difference in MAE or modal share; model)", "ours", "95% interval", "n", "verdict"]
     return (HEADER.format(src="results/cpu-study/tables/cpu_study_claims.csv")
@@ -208,6 +209,15 @@ def _reads_data_and_shows_it(r: dict) -> bool:
     return ("daily_df" in code or "subday_df" in code) and any(len(o) > 3 and o != "nan" for o in shown)
 
 
+def phia_example() -> tuple[str, dict]:
+    """The PHIA episode the page shows: one whose code reads the data and prints something, else any that ran code
+    and printed (tests/test_book.py finds its code and output on the rendered page)."""
+    try:
+        return study_record("phia", want=lambda r: _has_code_and_output(r) and _reads_data_and_shows_it(r))
+    except LookupError:
+        return study_record("phia", want=_has_code_and_output)
+
+
 def _where(name: str, r: dict) -> str:
     return (f"*Record `{r['sample_id']}` of `{name}` in `results/cpu-study/cpu-study.bundle.tar.gz`; model "
             f"{r['model']} (an embedded CPU model, not one of the paper's backbones); label {r['label']}, "
@@ -244,8 +254,9 @@ def inside_agents_page() -> str:
             "The query is the most recent day of the window; the candidates are the window's other days, ranked by "
             "cosine similarity of their embeddings.\n\nQuery:\n\n", _fence(meta["query"]),
             f"\nTop {len(meta['dates'])} of {meta['n_candidates']} candidate days:\n\n",
-            _table(["day", "cosine score", "text"], [[d, f"{s:.4f}", t] for d, s, t in
-                                                     zip(meta["dates"], meta["scores"], ret["content"].splitlines())])]
+            _table(["day", "cosine score", "text"],
+                   [[d, f"{s:.4f}", t] for d, s, t in
+                    zip(meta["dates"], meta["scores"], ret["content"].splitlines(), strict=True)])]
 
     rows = sorted(raptor_rows(), key=lambda x: (x["dataset"], x["user"], x["day"]))
     first, tree = rows[0], rows[:1]
@@ -266,10 +277,7 @@ def inside_agents_page() -> str:
                       f"{x['summary'].splitlines()[0] if x['summary'] else '(empty)'}\n" for i, x in enumerate(tree))
             + "```\n"]
 
-    try:  # an episode whose code reads the data and prints something, else any that ran code and printed
-        name, r = study_record("phia", want=lambda r: _has_code_and_output(r) and _reads_data_and_shows_it(r))
-    except LookupError:
-        name, r = study_record("phia", want=_has_code_and_output)
+    name, r = phia_example()
     out += ["\n## A PHIA episode: code, output, answer\n\n", _where(name, r)]
     for t in r["transcript"]:
         if t["kind"] == "prompt" and t is r["transcript"][0]:
@@ -292,7 +300,8 @@ def inside_agents_page() -> str:
             "Appendix D.1 case-study rationales (`tables/case_study_d1_judged.csv`); the committed results keep no "
             "judge verdict on the episode above.*\n\n",
             _table(["rationale", "status", *cols],
-                   [[x.rationale, x.judge_status, *(_fmt(getattr(x, c)) for c in cols)] for x in judged.itertuples()])]
+                   [[x.rationale, x.judge_status, *(_fmt(getattr(x, c)) for c in cols)]
+                    for x in judged.itertuples()])]
     return "".join(out)
 
 
@@ -300,10 +309,12 @@ def llama_page() -> str:
     d = _json(ROOT / "bench" / "llama.json")
     t = d["threads"]
     two = t["two_1_thread_processes"]
-    rows = [["installed build (all threads)", f"{d['installed']['prompt_tok_s']:.1f}", f"{d['installed']['gen_tok_s']:.1f}"],
-            ["portable wheel", f"{d['portable_wheel']['prompt_tok_s']:.1f}", f"{d['portable_wheel']['gen_tok_s']:.1f}"],
-            ["1 thread", f"{t['1_thread']['prompt_tok_s']:.1f}", f"{t['1_thread']['gen_tok_s']:.1f}"],
-            ["2 threads", f"{t['2_threads']['prompt_tok_s']:.1f}", f"{t['2_threads']['gen_tok_s']:.1f}"],
+    def speeds(m: dict) -> list[str]:
+        return [f"{m['prompt_tok_s']:.1f}", f"{m['gen_tok_s']:.1f}"]
+
+    rows = [["installed build (all threads)", *speeds(d["installed"])],
+            ["portable wheel", *speeds(d["portable_wheel"])],
+            ["1 thread", *speeds(t["1_thread"])], ["2 threads", *speeds(t["2_threads"])],
             ["two 1-thread processes at once (sum)", f"{sum(x['prompt_tok_s'] for x in two):.1f}",
              f"{sum(x['gen_tok_s'] for x in two):.1f}"]]
     r = d["ratio_installed_vs_portable"]
@@ -339,8 +350,9 @@ def sample_rules_page() -> str:
     src = rules.drop_duplicates("dataset").set_index("dataset")
     header = ["rule"] + [f"{d} ({src.source[d]}) samples / mean predictor (paper {src.paper_n_samples[d]:,} / "
                          f"{src.paper_mean_predictor_mae[d]:.2f})" for d in datasets]
-    rows = [[f"`{rule}`"] + [f"{int(wide.loc[rule, ('n_samples', d)]):,} / {wide.loc[rule, ('mean_predictor_mae', d)]:.3f}"
-                             for d in datasets] for rule in wide.index]
+    rows = [[f"`{rule}`"] + [f"{int(wide.loc[rule, ('n_samples', d)]):,} / "
+                             f"{wide.loc[rule, ('mean_predictor_mae', d)]:.3f}" for d in datasets]
+            for rule in wide.index]
     balms = ev[ev.sample_rule == "balms"]
     ev_src = balms.drop_duplicates("dataset").set_index("dataset")
     datasets = [d for d in ("pmdata", "globem", "diversityone") if d in ev_src.index]

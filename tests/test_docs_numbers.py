@@ -30,8 +30,8 @@ MEASURED = {
 }
 PATTERN = re.compile("|".join(f"(?P<{k}>{v})" for k, v in MEASURED.items()))
 # generated blocks: make docs's, and the runbook's plan table (tests/test_plan.py checks it equals `balms plan`)
-GENERATED_BLOCKS = re.compile(r"<!-- BEGIN generated:(\S+) -->.*?<!-- END generated:\1 -->|<!-- plan \S+ -->.*?<!-- /plan -->",
-                              re.S)
+GENERATED_BLOCKS = re.compile(r"<!-- BEGIN generated:(\S+) -->.*?<!-- END generated:\1 -->"
+                              r"|<!-- plan \S+ -->.*?<!-- /plan -->", re.S)
 CODE = re.compile(r"```.*?```|``[^`\n]+``|`[^`\n]*`", re.S)
 # Not ours to measure, by the words before it in its sentence: a number the paper states ("the paper 0.48",
 # "Table 3: PMData 0.48", "Table 7 gives ... 2.11"), an example ("e.g. 1.80") or hardware ("48 GB GPUs").
@@ -64,8 +64,8 @@ def measured_numbers(text: str, docstring: bool = False) -> list[str]:
         if _not_ours(prose, m.start(), m.end()):
             continue
         line = prose.count("\n", 0, m.start()) + 1
-        hits.append(f"line {line}: {m.group(0)!r} ({m.lastgroup}) in '...{prose[max(0, m.start() - 40):m.end() + 20]}...'"
-                    .replace("\n", " "))
+        context = prose[max(0, m.start() - 40):m.end() + 20].replace("\n", " ")
+        hits.append(f"line {line}: {m.group(0)!r} ({m.lastgroup}) in '...{context}...'")
     return hits
 
 
