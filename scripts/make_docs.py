@@ -285,8 +285,11 @@ def inside_agents_page() -> str:
         elif t["kind"] == "code":
             out += [f"**Code step** (iteration {t['meta'].get('iteration')}), run in the sandbox:\n\n",
                     f'<div class="phia-code">\n\n{_fence(t["content"], "python")}\n</div>\n\n']
-        elif t["kind"] == "observation":
-            out += [f"**Output** (status {t['meta'].get('status')}):\n\n",
+        elif t["kind"] == "observation":  # the sandbox's output, or the harness's reply to a step with no code
+            status = t["meta"].get("status")
+            label = "**Harness reply** (no code to run, no answer)" if status == "no_action" else \
+                f"**Sandbox output** (status {status})"
+            out += [f"{label}:\n\n",
                     f'<div class="phia-output">\n\n{_fence(t["content"])}\n</div>\n\n']
         elif t["kind"] in ("forced_answer", "forced_finish") or (t["kind"] == "completion" and "Answer:" in
                                                                     t["content"]):
