@@ -140,7 +140,7 @@ def timing_page() -> str:
 
 def disk_page() -> str:
     d = _json(DISK)
-    rows = [[f"`{e['path']}`", e["size"]] for e in d["environments"]]
+    rows = [[f"`{e['path']}`" if e["path"] != "total" else "**total**", e["size"]] for e in d["environments"]]
     return (HEADER.format(src="bench/disk.json (`python scripts/make_docs.py --measure-disk`)")
             + f"Disk used by the installed environments (`{d['command']}`, {d['measured_at']}):\n\n"
             + _table(["environment", "size"], rows))
@@ -420,6 +420,9 @@ def measure_disk(where: Path) -> None:
             envs.append({"path": env, "size": size.stdout.split()[0] + "B"})
         else:
             envs.append({"path": env, "size": "not installed when measured"})
+    present = [e["path"] for e in envs if not e["size"].startswith("not")]
+    total = subprocess.run(["du", "-shc", *present], cwd=where, capture_output=True, text=True, check=True)
+    envs.append({"path": "total", "size": total.stdout.splitlines()[-1].split()[0] + "B"})
     DISK.write_text(json.dumps({"command": "du -sh " + " ".join(ENVIRONMENTS), "environments": envs,
                                 "measured_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")},
                                indent=1) + "\n")
