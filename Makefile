@@ -216,15 +216,18 @@ bench-sandbox: ## Sandbox round-trip latency, persistent worker vs fresh process
 bench-llama: ## llama.cpp: installed build vs portable wheel; llama-server batching (1/2/4 in flight) and prefix reuse
 	$(PY) bench/bench_llama.py
 	$(PY) bench/bench_serving.py --out bench/serving.json
+	$(MAKE) --no-print-directory docs  # the pages that show it
 
 bench-prefix: ## Prompt-prefix reuse in llama.cpp: cold vs previous-prompt prefix vs RAM prompt cache (ratios, one run)
 	$(PY) bench/bench_prefix.py --out bench/prefix.json
 
 bench-roles: ## Embedded models per agent role on real prompts: parse, code-block rates, s per call (bench/roles.json)
 	$(PY) bench/bench_roles.py --out bench/roles.json
+	$(MAKE) --no-print-directory docs  # the pages that show it
 
 bench-scale: ## Paper notebook-01 grid, scheduler vs server-bound minimum on 4/8/16 simulated vLLM servers (bench/scale.json)
 	$(PY) bench/bench_scale.py --servers 4,8,16 --samples 16 --compression-4 20 --out bench/scale.json
+	$(MAKE) --no-print-directory docs  # the pages that show it
 
 bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct overall scores, s per rationale
 	$(PY) bench/bench_judge.py --out bench/judge.json
