@@ -3,8 +3,9 @@
 No notebook is executed (myst-nb's execution is off): the book shows exactly what `make paper` committed under
 notebooks/executed/<profile>/. The sources are staged in a build folder first, so nothing is written into docs/
 or notebooks/: the notebooks are copied there with a caption on every figure a notebook saves (the figure's row
-in its profile's artefact index gives the artefact, the models, the data source and n), and the committed
-figures are copied beside the pages that show them.
+in its profile's artefact index gives the artefact, the models, the data source and n), their parameter cells
+collapsed and the demo's measured time added to their header, and the committed figures are copied beside the
+pages that show them. Every notebook must have its executed copy: the demo's, and the CPU study's notebook 08.
 
     python scripts/build_book.py [--out build/book] [--executed demo=DIR] [--executed cpu-study=DIR]
 """
