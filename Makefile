@@ -32,7 +32,7 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router install-sky test test-fast test-slow test-notebooks sandbox-selftest data fidelity paper notebook \
         report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles bench-scale clean-runs lint export-responses bundle \
-        replay-check plan plan-confirm paper-dryrun book lab FORCE
+        replay-check plan plan-confirm paper-dryrun docs book lab FORCE
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
@@ -150,7 +150,8 @@ $(EXEC_DIR)/%.ipynb: notebooks/%.py notebooks/%.ipynb profiles/$(PROFILE).yaml $
 	@# PYTHONPATH: the kernels import this checkout's balms, not the checkout a shared venv was installed from
 	@PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} BALMS_NOTEBOOK=$* BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
 	  $(VENV)/bin/papermill -k balms --cwd notebooks --no-progress-bar --stderr-file - --log-level WARNING \
-	  -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@ && echo "[$*] done in $$SECONDS s" \
+	  -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@ && $(PY) scripts/sanitize_notebook.py $@ \
+	  && echo "[$*] done in $$SECONDS s" \
 	  || { echo "[$*] FAILED$$(mv -f $@ $@.failed 2>/dev/null && echo "; executed notebook kept as $@.failed")"; exit 1; }
 
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
@@ -183,7 +184,10 @@ bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bund
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE) --set "$$BALMS_P"
 
-book: ## The book: docs/ and the committed executed notebooks (demo; CPU study's 08) as a static site in build/book
+docs: ## Rewrite every measured number the docs show (docs/_generated/, the README's claims table) from the committed results
+	PYTHONPATH=$(CURDIR) $(PY) scripts/make_docs.py
+
+book: docs ## The book: docs/ and the committed executed notebooks (demo; CPU study's 08) as a static site in build/book
 	$(PY) scripts/build_book.py --out build/book
 
 LAB_PORT ?= 8888
@@ -212,15 +216,18 @@ bench-sandbox: ## Sandbox round-trip latency, persistent worker vs fresh process
 bench-llama: ## llama.cpp: installed build vs portable wheel; llama-server batching (1/2/4 in flight) and prefix reuse
 	$(PY) bench/bench_llama.py
 	$(PY) bench/bench_serving.py --out bench/serving.json
+	$(MAKE) --no-print-directory docs  # the pages that show it
 
 bench-prefix: ## Prompt-prefix reuse in llama.cpp: cold vs previous-prompt prefix vs RAM prompt cache (ratios, one run)
 	$(PY) bench/bench_prefix.py --out bench/prefix.json
 
 bench-roles: ## Embedded models per agent role on real prompts: parse, code-block rates, s per call (bench/roles.json)
 	$(PY) bench/bench_roles.py --out bench/roles.json
+	$(MAKE) --no-print-directory docs  # the pages that show it
 
 bench-scale: ## Paper notebook-01 grid, scheduler vs server-bound minimum on 4/8/16 simulated vLLM servers (bench/scale.json)
 	$(PY) bench/bench_scale.py --servers 4,8,16 --samples 16 --compression-4 20 --out bench/scale.json
+	$(MAKE) --no-print-directory docs  # the pages that show it
 
 bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct overall scores, s per rationale
 	$(PY) bench/bench_judge.py --out bench/judge.json

@@ -9,7 +9,8 @@ html_title = "balms: a runnable companion to the BALMS paper"
 
 extensions = ["myst_nb"]
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = [".doctrees", "**.ipynb_checkpoints"]
+# docs/_generated/ holds the tables `make docs` writes: pages include them, they are no pages of their own
+exclude_patterns = [".doctrees", "**.ipynb_checkpoints", "_generated"]
 
 # the notebooks are shown as `make paper` executed and committed them: never re-run here
 nb_execution_mode = "off"
@@ -27,4 +28,36 @@ html_theme_options = {
 # an explicit mode: with none, the theme logs "invalid theme mode" on a first visit from a file:// URL
 html_context = {"default_mode": "light"}
 html_show_sourcelink = False
+# wide tables and long output lines scroll within the column (docs/_static/balms.css)
+html_static_path = ["_static"]
+html_css_files = ["balms.css"]
 html_last_updated_fmt = None
+
+
+# Formulas ($...$, $$...$$) become MathML when the book is built (latex2mathml), which browsers render natively:
+# no MathJax from a CDN, so the book's math shows offline and a page loads nothing from the network.
+html_math_renderer = "mathml"
+
+
+def _mathml(latex: str, block: bool) -> str:
+    from latex2mathml.converter import convert
+
+    return convert(latex, display="block" if block else "inline")
+
+
+def _inline(self, node):
+    from docutils import nodes
+
+    self.body.append(f'<span class="math">{_mathml(node.astext(), False)}</span>')
+    raise nodes.SkipNode
+
+
+def _block(self, node):
+    from docutils import nodes
+
+    self.body.append(f'<div class="math">{_mathml(node.astext(), True)}</div>')
+    raise nodes.SkipNode
+
+
+def setup(app):
+    app.add_html_math_renderer("mathml", (_inline, None), (_block, None))

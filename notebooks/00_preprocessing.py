@@ -26,8 +26,8 @@
 # mean predictor's MAE beside the paper's; in the table of candidate sample rules, how far each count is from the
 # paper's and whether the mean predictor's MAE depends on the rule.
 #
-# **Time on the demo profile:** 0:25 cold, 0:21 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)
@@ -60,7 +60,7 @@ all_tables = {d: load_dataset(d) for d in dataset_names()}
 
 # %% [markdown]
 # ## The evaluation rule
-# One statement, used by every notebook (`balms.data.summary.evaluation_statement`, the same text as in the README).
+# One statement, used by every notebook (`balms.data.summary.evaluation_statement`, the same text as on the book's data page, `docs/data.md`).
 
 # %%
 print(evaluation_statement(DEFAULT_RULE, cfg.evaluation_rule))

@@ -24,8 +24,8 @@
 # and the paper's backbones as black marks beside our bar; in Table 3 above it, each paper backbone's column
 # (`paper ...`) beside ours (`ours ...`).
 #
-# **Time on the demo profile:** 8:15 cold, 0:13 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -23,8 +23,8 @@
 # **What to look at:** in the figure, the sign of each cell's relative MAE change (below 0: CoT helped); beside it,
 # how often a reasoning reply had to be asked for its answer (`forced_rate`).
 #
-# **Time on the demo profile:** 1:33 cold, 0:07 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -22,8 +22,8 @@
 # **What to look at:** in Figure 5 (vs paper), the sign and size of each system's change beside the paper's; in
 # Figures 2 and 7, how prompt tokens and latency grow per extra day for each system.
 #
-# **Time on the demo profile:** 5:05 cold, 0:14 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

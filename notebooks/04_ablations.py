@@ -24,8 +24,8 @@
 # **What to look at:** in the GLOBEM figure, our Full vs Fitbit-only bars beside each paper backbone's panel; in the
 # ablation figure, whether a paired interval excludes 0 and how many answers parsed under each bar.
 #
-# **Time on the demo profile:** 3:10 cold, 0:12 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -26,8 +26,8 @@
 # **What to look at:** in the Table 7 figure, our mode rate and MAE beside the paper's; in the failures figure, which
 # failure rates differ between the faithful and the improved executor.
 #
-# **Time on the demo profile:** 2:19 cold, 0:12 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

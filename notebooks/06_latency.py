@@ -23,8 +23,8 @@
 # **What to look at:** in Figure 6, the order of the systems by latency (PHIA and RAPTOR make several calls per
 # sample); in Figures 8-10, the spread of latencies per backbone.
 #
-# **Time on the demo profile:** 0:14 cold, 0:13 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

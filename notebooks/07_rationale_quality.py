@@ -30,8 +30,8 @@
 # **What to look at:** in Figure 4, Tier-1 coverage per check and GQ (GLOBEM, our rows beside the paper's); in
 # the D.1 table, whether the judge ranks the two case-study rationales as the paper's reading does.
 #
-# **Time on the demo profile:** 7:05 cold, 0:13 warm on 2 CPU cores (`bench/paper_timing.json`: cold = an empty
-# response cache, warm = every model call answered from it).
+# **Time on the demo profile:** cold (an empty response cache) and warm (every model call answered from it) on 2
+# CPU cores, measured in the book's timing table (`docs/_generated/timing.md`, from `bench/paper_timing.json`).
 
 # %% tags=["parameters"]
 # profiles/<profile>.yaml decides every value left None (balms.experiments.config holds the defaults)

@@ -3,8 +3,9 @@
 No notebook is executed (myst-nb's execution is off): the book shows exactly what `make paper` committed under
 notebooks/executed/<profile>/. The sources are staged in a build folder first, so nothing is written into docs/
 or notebooks/: the notebooks are copied there with a caption on every figure a notebook saves (the figure's row
-in its profile's artefact index gives the artefact, the models, the data source and n), and the committed
-figures are copied beside the pages that show them.
+in its profile's artefact index gives the artefact, the models, the data source and n), their parameter cells
+collapsed and the demo's measured time added to their header, and the committed figures are copied beside the
+pages that show them. Every notebook must have its executed copy: the demo's, and the CPU study's notebook 08.
 
     python scripts/build_book.py [--out build/book] [--executed demo=DIR] [--executed cpu-study=DIR]
 """
@@ -22,14 +23,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-# where each profile's executed notebooks and artefact index are committed; the demo is required, the CPU
-# study's notebook 08 joins when it has been executed
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_docs  # noqa: E402  (the one formatting of a measured time)
+
+# where each profile's executed notebooks and artefact index are committed, and the notebooks each must provide:
+# the demo every notebook but the CPU study's, the CPU study its notebook 08 (every notebook has a page)
 PROFILES = {
     "demo": {"executed": ROOT / "notebooks" / "executed" / "demo", "index": ROOT / "tables" / "index.csv",
-             "required": True},
+             "provides": lambda name: name != "08_cpu_study"},
     "cpu-study": {"executed": ROOT / "notebooks" / "executed" / "cpu-study",
-                  "index": ROOT / "results" / "cpu-study" / "tables" / "index.csv", "required": False},
+                  "index": ROOT / "results" / "cpu-study" / "tables" / "index.csv",
+                  "provides": lambda name: name == "08_cpu_study"},
 }
+PARAMETER_TAGS = {"parameters", "injected-parameters"}
+TIME_LINE = "**Time on the demo profile:**"
 # committed figures the pages embed (copied to the same relative place in the staged sources)
 ARTEFACT_DIRS = [Path("figures"), Path("results") / "cpu-study" / "figures"]
 SAVE_FIGURE = re.compile(r"save_figure\(\s*\w+\s*,\s*[\"']([^\"']+)[\"']")
@@ -98,6 +105,36 @@ def caption_figures(nb: dict, index: dict[str, dict], where: str) -> int:
     return done
 
 
+def hide_parameters(nb: dict) -> int:
+    """Collapse the parameter cells (the notebook's defaults and the profile's injected values): a reader opens
+    them when wanted, the lesson starts with its first markdown cell."""
+    n = 0
+    for cell in nb["cells"]:
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if PARAMETER_TAGS & set(tags) and "hide-cell" not in tags:
+            tags.append("hide-cell")
+            n += 1
+    return n
+
+
+def state_timing(nb: dict, name: str) -> bool:
+    """Append the demo's measured times (bench/paper_timing.json) to the notebook header's time line: the source
+    states no number (tests/test_docs_numbers.py), the book shows the measured one."""
+    timing = json.loads((ROOT / "bench" / "paper_timing.json").read_text())["demo"]
+    if name not in timing["cold"]["notebooks_s"]:
+        return False
+    said = (f" Measured: {make_docs._mmss(timing['cold']['notebooks_s'][name])} cold, "
+            f"{make_docs._mmss(timing['warm']['notebooks_s'][name])} warm (m:ss).")
+    for cell in nb["cells"]:
+        text = "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
+        if TIME_LINE in text:
+            line_end = text.find("\n\n", text.index(TIME_LINE))
+            line_end = len(text) if line_end < 0 else line_end
+            cell["source"] = text[:line_end] + said + text[line_end:]
+            return True
+    return False
+
+
 GALLERY = re.compile(r"^<!-- figures of (\S+) -->$", re.M)
 
 
@@ -122,31 +159,24 @@ def stage(src: Path, executed: dict[str, Path]) -> list[str]:
             page.write_text(GALLERY.sub(lambda m: gallery(ROOT / m.group(1)), text))
     (src / "notebooks").mkdir(exist_ok=True)
     added, missing = [], []
-    for profile, spec in PROFILES.items():
-        folder = executed.get(profile, spec["executed"])
-        index = None
-        for name in notebook_sources():
-            path = folder / f"{name}.ipynb"
-            if not path.exists():
-                if spec["required"] and name != "08_cpu_study":
-                    missing.append(str(path))
-                continue
-            if (src / "notebooks" / path.name).exists():
-                continue  # the demo's copy wins over another profile's
-            index = index if index is not None else read_index(spec["index"])
-            nb = json.loads(path.read_text())
-            caption_figures(nb, index, str(path))
-            nb["metadata"]["balms_profile"] = profile
-            (src / "notebooks" / path.name).write_text(json.dumps(nb))
-            added.append(f"{profile}/{name}")
-    for name in notebook_sources():  # an optional notebook not executed here still has its page, saying so
-        if not (src / "notebooks" / f"{name}.ipynb").exists() and name not in str(missing):
-            (src / "notebooks" / f"{name}.md").write_text(
-                f"# {name}\n\nNot executed in this checkout: its profile's run is not committed here "
-                f"(`notebooks/executed/<profile>/{name}.ipynb`). Its source is `notebooks/{name}.py`.\n")
+    for name in notebook_sources():
+        profile = next(p for p, spec in PROFILES.items() if spec["provides"](name))
+        spec = PROFILES[profile]
+        path = executed.get(profile, spec["executed"]) / f"{name}.ipynb"
+        if not path.exists():
+            missing.append(str(path))
+            continue
+        nb = json.loads(path.read_text())
+        caption_figures(nb, read_index(spec["index"]), str(path))
+        hide_parameters(nb)
+        state_timing(nb, name)
+        nb["metadata"]["balms_profile"] = profile
+        (src / "notebooks" / path.name).write_text(json.dumps(nb))
+        added.append(f"{profile}/{name}")
     if missing:
-        raise FileNotFoundError("executed notebooks missing (the book shows them as committed; run `make paper` and "
-                                "commit notebooks/executed/demo/): " + ", ".join(missing))
+        raise FileNotFoundError("executed notebooks missing (the book shows them as committed; run `make paper` "
+                                "for the demo, `make paper PROFILE=cpu-study` for notebook 08, and commit "
+                                "notebooks/executed/<profile>/): " + ", ".join(missing))
     return added
 
 

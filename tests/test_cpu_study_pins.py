@@ -47,29 +47,3 @@ def test_cpu_study_healthllm_prompts_and_samples_unchanged(real_data, monkeypatc
         assert user == r["transcript"][0]["content"], name
         checked += 1
     assert checked >= 4 and groups == matched  # (the bundle also keeps one older PMData run of other samples)
-
-
-CLAIMS = paths.PROJECT_ROOT / "results" / "cpu-study" / "tables" / "cpu_study_claims.csv"
-
-
-@pytest.mark.skipif(not CLAIMS.exists(), reason="no committed CPU-study claims table")
-def test_readme_and_book_state_the_committed_answers_to_issue_26():
-    """The README's and the book's sentences on the personal baseline and the larger model are the ones the committed
-    tables give (study.ours_sentence, study.answers_sentence), not prose written beside them; so they cannot outlive a
-    regenerated study."""
-    import pandas as pd
-
-    from balms.experiments import study
-
-    table = pd.read_csv(CLAIMS)
-    assert study.NOT_RUN not in set(table[table.claim.isin(["personal_baseline_mean", "model_size"])].verdict), \
-        "the committed study has not run the personal baseline or the size check"
-    ours = study.ours_sentence(table)
-    answers = study.answers_sentence(pd.read_csv(CLAIMS.with_name("cpu_study_answers.csv")))
-
-    def text(rel):
-        return " ".join((paths.PROJECT_ROOT / rel).read_text(encoding="utf-8").split())
-
-    assert ours in text("README.md"), f"README should state, from the committed claims table:\n{ours}"
-    assert ours in text("docs/cpu-study.md"), f"docs/cpu-study.md should state:\n{ours}"
-    assert answers in text("docs/cpu-study.md"), f"docs/cpu-study.md should state:\n{answers}"

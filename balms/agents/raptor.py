@@ -16,8 +16,8 @@
   day. `context_window=True` (the earlier behaviour) shows the whole query window after the nodes.
 - Memory scope: "lookback" (default, RAG's default scope: the look-back days before the query day) or
   "history" (every day up to window_end). Why not "history" by default: one summary call per (user, day) of
-  the whole record; a PMData day of 48 half-hour leaves is a ~1,150-token summary prompt (bench/agents.json),
-  i.e. ~17 s per day with the embedded Qwen-1.5B, hours for a full cohort.
+  the whole record; a PMData day of 48 half-hour leaves is a summary prompt of over a thousand tokens
+  (bench/agents.json measures it), so hours of embedded-model time for a full cohort.
 - Leaf granularity is the dataset's sub-day unit (`tables.subday_unit`: GLOBEM time-of-day segments, PMData
   half-hour slots from minute steps and sleep stages); days without sub-day rows fall back to the daily row.
   Each record says which: options `leaf_unit` and `daily_leaf_days` (days of the tree whose leaf is the daily

@@ -7,8 +7,8 @@ So every eligible sample was scored, and a "training set" can only mean the othe
 the readings of that, each a named option (`ExperimentConfig.evaluation_rule`); notebook 00 prints each one's
 counts and mean-predictor MAE beside the paper's.
 
-- `heldout30` (ours, the earlier default): within each user a seeded 30% of the target days is held out and
-  scored; the mean predictor is the mean label of the other 70%.
+- `heldout30` (ours, the earlier default): within each user a seeded ``30%`` of the target days is held out and
+  scored; the mean predictor is the mean label of the other ``70%``.
 - `all_days_loo` (the paper profile's): every sample is scored; the mean predictor for a sample is the mean label
   of every other sample of the dataset (leave-one-out). This is the one reading under which all of Table 7's
   GLOBEM windows are "held out" and the baseline is still a "training set" average.

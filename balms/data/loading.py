@@ -3,7 +3,8 @@
 Synthetic cohorts are written in the dataset's raw layout by `balms.data.synthetic.ensure_synthetic`
 and read by the very same loader, so the code path is identical; only `source` differs.
 
-Parsing the raw CSV/JSON files costs 4-10 s a dataset on 2 cores, and every notebook loads its cohorts, so a
+Parsing the raw CSV/JSON files takes seconds a dataset on 2 cores (bench/bench_data.py), and every notebook
+loads its cohorts, so a
 loaded dataset is kept in `<cache>/tables/` (a pickle) under a key made of the raw folder's location and its
 files' bytes (every file under it, with its relative path), the loader code (every module of `balms.data`), the
 loader options and the pandas version: any change to any of them loads from the raw files again. A cache

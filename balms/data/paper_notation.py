@@ -18,8 +18,8 @@ from balms.data.schema import Channel, Window
 @dataclass(frozen=True)
 class PaperChannel:
     """How the paper prints one channel: the name in brackets, the unit after the array, the number format.
-    `fixed`: always `decimals` digits (GLOBEM case study: 1.80, 402.0); otherwise rounded to `decimals` with
-    trailing zeros dropped (PMData resting HR: 53.222, 53.7411)."""
+    `fixed`: always `decimals` digits (GLOBEM case study: ``1.80``, ``402.0``); otherwise rounded to `decimals` with
+    trailing zeros dropped (PMData resting HR: ``53.222``, ``53.7411``)."""
 
     name: str
     unit: str

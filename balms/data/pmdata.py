@@ -7,7 +7,7 @@ so that anyone can check them against the raw files:
   date: the LAST one (latest timestamp, i.e. the user's correction) is kept; the others are counted
   in `dropped["duplicate_report"]`.
 - `steps` / `calories` (the Health-LLM recipe): summed over the exercise.json sessions that START on
-  that date. A date with no session is NaN (Fitbit only logs sessions of >=10 min; no session is not
+  that date. A date with no session is NaN (Fitbit only logs sessions of ``>=10 min``; no session is not
   evidence of zero steps). A date whose sessions carry no `steps` field at all (e.g. yoga, weights) is
   NaN for steps, but its calories are still summed.
 - `steps_total`: daily sum of the minute-level steps.json where that file exists.
@@ -273,7 +273,7 @@ def _sleep(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _stage_slots(stages: pd.DataFrame) -> pd.DataFrame:
-    """Sleep-stage minutes per half-hour slot, splitting segments at slot boundaries (30 s ticks)."""
+    """Sleep-stage minutes per half-hour slot, splitting segments at slot boundaries (``30 s`` ticks)."""
     if stages.empty:
         return pd.DataFrame(columns=["slot_start", "asleep_minutes", "deep_minutes", "rem_minutes", "awake_minutes"])
     ticks = np.maximum((stages["seconds"].fillna(0).to_numpy() // 30).astype(np.int64), 0)

@@ -42,7 +42,7 @@ PAPER_TABLE7_N = {"pmdata": 1463, "globem": 1640, "diversityone": 761}
 
 
 def evaluation_statement(rule: str = DEFAULT_RULE, evaluation: str = "heldout30") -> str:
-    """The evaluation rule as one paragraph (the same text in the README and notebook 00)."""
+    """The evaluation rule as one paragraph (the same text on the book's data page and in notebook 00)."""
     return EVALUATION_RULE.format(rule=rule, rule_text=SAMPLE_RULE_TEXT[rule], evaluation=evaluation,
                                   evaluation_text=EVALUATION_RULE_TEXT[evaluation])
 

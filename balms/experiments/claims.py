@@ -39,7 +39,7 @@ def verdict(diff, lo, hi) -> str:
 
 def compare_sentence(a: str, b: str, diff, lo, hi, *, what: str = "MAE", n: int | None = None,
                      digits: int = 2) -> str:
-    """'A's MAE is lower than B's (difference -0.12, 95% CI -0.20 to -0.03; n = 40).' `diff` = A - B."""
+    """``A's MAE is lower than B's (difference -0.12, 95% CI -0.20 to -0.03; n = 40).`` `diff` = A - B."""
     if n == 0:
         return f"{a} vs {b}: no sample with a parsed answer on both sides, nothing to compare."
     v = verdict(diff, lo, hi)
@@ -83,7 +83,7 @@ def mean_predictor_sentence(summary: pd.DataFrame, *, keys=("dataset", "system",
 
 def ranking_sentence(df: pd.DataFrame, value: str, *, item: str, within: str | None = None, what: str = "",
                      unit: str = "", digits: int = 1, descending: bool = True) -> str:
-    """'globem: phia 12.3 s > raptor 8.1 s > ...' per group, highest first (the mean of `value` per item)."""
+    """``globem: phia 12.3 s > raptor 8.1 s > ...`` per group, highest first (the mean of `value` per item)."""
     parts = []
     groups = df.groupby(within, sort=True) if within else [("", df)]
     for g, sub in groups:

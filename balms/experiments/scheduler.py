@@ -175,8 +175,8 @@ _TIER = 1 << 40  # a sample of priority p ranks after every sample of a lower pr
 def _turns(model: str) -> Turns:
     """Each model's samples take turns at the client's CPU as they start (balms.models.slots.Turns), the models
     side by side: in one queue for all, the busiest model's samples waited behind the others' preparation while
-    its servers idled (bench-scale at 4 servers: 0.895 of the bound; per model 0.90-0.91; 0.957 before turns,
-    which cost 4 servers a mid-run gap that 16 servers gained back: docs/runbook.md)."""
+    its servers idled (bench-scale measures both, bench/scale.json; what turns cost 4 servers mid-run and
+    16 servers gained back: docs/runbook.md)."""
     return Turns()
 
 
@@ -274,7 +274,7 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     Claude's cells sent as Message Batches (`cfg.anthropic_batch`: its single-call cells) also run one after
     another, in a lane of their own: one batch at a time, as cell by cell (plan_lanes). Its RAPTOR and PHIA cells
     make direct calls and run beside the others (in the paper dry run they queued behind the batches' polls and
-    were the last 3 minutes of notebook 01).
+    were the tail of notebook 01).
     A cell whose every sample failed (balms.experiments.errors.check_cell, unless `cfg.allow_errors`) stops the
     run: no further sample starts (those not started leave no record), the cells in flight finish the samples
     they started, and its error is raised. Under a spending cap the samples it does not allow are not started,

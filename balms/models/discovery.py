@@ -71,7 +71,7 @@ _INFO: dict[str, ServerInfo] = {}
 
 @functools.lru_cache(maxsize=1)
 def tls_context() -> ssl.SSLContext:
-    """One TLS context for every client of the process: building one loads the CA bundle (~30 ms of CPU), and
+    """One TLS context for every client of the process: building one loads the CA bundle (CPU time), and
     a grid builds a backend per cell (issue 27: it was a tenth of the client's CPU on the scale benchmark)."""
     import httpx  # lazily: discovery is imported where no server is asked
 

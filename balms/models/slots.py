@@ -58,7 +58,7 @@ class Turns:
 
     Why: with every cell in flight, hundreds of samples built their prompts at once on two cores; shared fairly,
     none finished early, and the servers' first requests left only after every sample's preparation was done
-    (issue 27, bench-scale at 16 servers: 15-25 s with the servers idle). In turns, the first samples' requests
+    (issue 27: bench-scale at 16 servers measured the idle start). In turns, the first samples' requests
     leave within a second. Safe from deadlock: a turn is taken only when a sample starts, and nothing a sample
     waits for while it holds one needs a turn (its first wait gives the turn back)."""
 
