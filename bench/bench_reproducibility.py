@@ -38,7 +38,7 @@ from balms.models.registry import get_backend
 jobs = json.loads(sys.stdin.read())
 out = []
 for job in jobs:
-    cell = cell_from_spec(CellSpec.model_validate(job["spec"]))
+    cell = cell_from_spec(CellSpec.model_validate({k: v for k, v in job["spec"].items() if k != "key"}))
     backend = get_backend(cell.spec.model, cache_mode="off")
     by_id = {s.sample_id: s for s in cell.samples}
     for sid in job["sample_ids"]:
