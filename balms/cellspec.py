@@ -159,12 +159,41 @@ def import_closure(roots: tuple[str, ...], root: str | None = None) -> tuple[tup
     return tuple(sorted((m, str(p)) for m, p in seen.items()))
 
 
+@lru_cache(maxsize=4096)  # by content: a test edits one file among many unchanged ones
+def code_tokens(source: bytes) -> bytes:
+    """A module's code without what cannot change what it computes: comments, docstrings and layout. The
+    tokens (kind and text) of the source, minus comments, blank lines and the string that opens a module, class or
+    function body (its docstring, which no prompt reads: tests/test_code_fingerprint.py checks that editing one
+    re-keys nothing, and that editing any code does)."""
+    import ast
+    import io
+    import tokenize
+
+    tree = ast.parse(source)
+    docs = {(n.body[0].lineno, n.body[0].col_offset) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+            and isinstance(n.body[0].value.value, str)}
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
+    out, drop_newline = [], False
+    for tok in tokenize.tokenize(io.BytesIO(source).readline):
+        if tok.type in skip or (drop_newline and tok.type == tokenize.NEWLINE):
+            drop_newline = False
+            continue
+        if tok.type == tokenize.STRING and tok.start in docs:
+            drop_newline = True  # the docstring's own statement goes, with its line end
+            continue
+        drop_newline = False
+        out.append(f"{tok.type}:{tok.string}")
+    return "\x1f".join(out).encode()
+
+
 @lru_cache(maxsize=32)
 def closure_fingerprint(roots: tuple[str, ...], root: str | None = None) -> str:
-    """sha256 over the import closure of `roots`: each module's name and source bytes."""
+    """sha256 over the import closure of `roots`: each module's name and code (`code_tokens`)."""
     h = hashlib.sha256()
     for name, path in import_closure(roots, root):
-        h.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+        h.update(name.encode() + b"\0" + code_tokens(Path(path).read_bytes()) + b"\0")
     return h.hexdigest()[:16]
 
 
