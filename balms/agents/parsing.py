@@ -40,6 +40,16 @@ _SCORE_SENTENCE = re.compile(
 
 
 NO_ANSWER = "no 'Answer: <int>' found"  # the parse error of a text with no answer statement at all
+# the parse error of an integer answer outside the scale; `out_of_range_value` reads it back, so the metrics count
+# these failures (PMData's "0": the paper's prompt prints "0 to 5" for a 1-5 scale) without a second format
+_OUT_OF_RANGE = "answer {value} out of range [{lo}, {hi}]"
+_OUT_OF_RANGE_RE = re.compile(r"^answer (?P<value>[-+]?\d+) out of range \[[-+]?\d+, [-+]?\d+\]$")
+
+
+def out_of_range_value(parse_error: str | None) -> int | None:
+    """The integer answer a parse error reports as out of range, None for any other error (or none)."""
+    m = _OUT_OF_RANGE_RE.match(parse_error) if isinstance(parse_error, str) else None
+    return int(m.group("value")) if m else None
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,6 @@ def parse_answer(text: str | None, scale_min: int, scale_max: int, *, score_sent
     value = int(num)
     if not scale_min <= value <= scale_max:
         return ParsedAnswer(
-            None, f"answer {value} out of range [{scale_min}, {scale_max}]", rationale, snippet
+            None, _OUT_OF_RANGE.format(value=value, lo=scale_min, hi=scale_max), rationale, snippet
         )
     return ParsedAnswer(value, None, rationale, snippet)

@@ -56,6 +56,10 @@ class ExperimentConfig(BaseModel):
     # "heldout30" = ours, a seeded 30% of each user's days; "all_days_loo" = the paper's as derived from its counts
     # (every sample scored, the mean predictor a leave-one-out mean); the paper profile sets it
     evaluation_rule: str = "heldout30"
+    # the MAE compared with the paper (docs/scoring.md; both are always reported): "exclude" = parse failures left
+    # out; "fill" = each scored as the answer 0 (balms.metrics.PAPER_FAILURE_FILL), the rule the paper's Table 3 and
+    # Table 7 numbers allow; the paper profile sets it
+    scoring: Literal["exclude", "fill"] = "exclude"
     prompt_style: Literal["paper", "corrected"] = "paper"  # Health-LLM/RAG/RAPTOR template (see README)
     # the paper style's CoT answer format (balms.agents.paper_prompts.COT_FORMATS): "paper" = the paper's printed
     # "Reasoning: ..." then "The user's stress score is 3."; "answer_line" = our earlier "Reasoning:" then "Answer:"
