@@ -85,3 +85,13 @@ def test_paper_profile_rag_and_raptor_read_the_same_memory():
 
 def test_paper_profile_sweeps_the_papers_look_back_points():
     assert config.load("paper").lookbacks == [7, 14, 21, 28]
+
+
+def test_paper_profile_scores_parse_failures_as_the_paper_did():
+    """docs/scoring.md: the paper profile compares the MAE with failures scored as 0; the demo keeps exclusion."""
+    from balms import metrics
+    from balms.experiments import summaries
+
+    assert config.load("paper").scoring == "fill" and metrics.PAPER_FAILURE_FILL == 0
+    assert config.load("demo").scoring == "exclude"
+    assert set(summaries._SCORED_SUFFIX) == set(config.ExperimentConfig.model_fields["scoring"].annotation.__args__)
