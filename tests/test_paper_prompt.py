@@ -150,3 +150,40 @@ def test_paper_number_formats():
     gl = paper_prompts.PaperChannel("Location Entropy", "", 2, fixed=True)
     assert paper_prompts.format_paper(1.8, gl) == "1.80"
     assert paper_prompts.format_paper(4664.0, paper_prompts.PaperChannel("Steps", "steps", 0)) == "4664"
+
+
+def _as_printed(pid: str) -> list[str]:
+    """A template passage of tests/fixtures/paper/ as the code should render it: the template's slot braces
+    ({Stress}) dropped, the PDF's typographic apostrophe as ASCII (our prompts use "'")."""
+    import re
+
+    from balms.fidelity import paper_passage
+
+    text = re.sub(r"\{([^{}]*)\}", r"\1", paper_passage(pid)).replace("’", "'")
+    return text.split("\n")
+
+
+def test_p01_prompt_is_the_transcribed_template(p01):
+    """Appendix D's Health-LLM template, from the transcription fixture (not from this file's constants)."""
+    tables, sample = p01
+    assert _user(tables, sample, style="paper").split("\n") == _as_printed("healthllm_template")
+
+
+def test_printed_cot_form_is_the_transcribed_template_with_reasoning(p01):
+    """Appendix D's "Health-LLM Prompt Template with Reasoning": the paper profile's CoT prompt shows the printed
+    worked paragraph and answer sentence as its example; the blocks before the (abbreviated) sensor lines are the
+    printed ones. The demo's placeholder form is an option that keeps its committed prompts."""
+    from balms.experiments import config
+
+    tables, sample = p01
+    printed = _as_printed("healthllm_cot_template")
+    assert config.load("paper").cot_format == "printed" and config.load("demo").cot_format == "paper"
+    got = _user(tables, sample, cot=True, cot_format="printed").split("\n")
+    assert got[:5] == printed[:5]  # purpose, task instruction, profile, as printed
+    assert got[-2:] == printed[-2:]  # the worked Reasoning paragraph, then "The user's stress score is 3."
+    assert printed[5].startswith("[Burned Calories]: [494, 354, NaN") and got[7].startswith(printed[5][:32])
+    placeholder = _user(tables, sample, cot=True).split("\n")
+    assert placeholder[-2] == "Reasoning: <your reasoning in one paragraph>" and placeholder[-1] == printed[-1]
+    # the printed form asks for the paper's answer sentence, so its reply parses
+    agent = make_agent("healthllm", cot=True, cot_format="printed")
+    assert agent.score_sentence

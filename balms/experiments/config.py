@@ -61,9 +61,10 @@ class ExperimentConfig(BaseModel):
     # Table 7 numbers allow; the paper profile sets it
     scoring: Literal["exclude", "fill"] = "exclude"
     prompt_style: Literal["paper", "corrected"] = "paper"  # Health-LLM/RAG/RAPTOR template (see README)
-    # the paper style's CoT answer format (balms.agents.paper_prompts.COT_FORMATS): "paper" = the paper's printed
-    # "Reasoning: ..." then "The user's stress score is 3."; "answer_line" = our earlier "Reasoning:" then "Answer:"
-    cot_format: Literal["paper", "answer_line"] = "paper"
+    # the paper style's CoT answer format (balms.agents.paper_prompts.COT_FORMATS): "printed" = the paper's template
+    # with its worked reasoning paragraph (the paper profile); "paper" = a placeholder paragraph, then "The user's
+    # stress score is 3." (the demo's); "answer_line" = our earlier "Reasoning:" placeholder then "Answer:"
+    cot_format: Literal["paper", "answer_line", "printed"] = "paper"
     # decoding budgets
     zs_max_tokens: int = prompts.ZERO_SHOT_MAX_TOKENS
     cot_max_tokens: int = prompts.COT_MAX_TOKENS
