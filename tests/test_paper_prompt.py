@@ -187,3 +187,28 @@ def test_printed_cot_form_is_the_transcribed_template_with_reasoning(p01):
     # the printed form asks for the paper's answer sentence, so its reply parses
     agent = make_agent("healthllm", cot=True, cot_format="printed")
     assert agent.score_sentence
+
+
+def test_phia_prompt_never_contradicts_its_frame_span_and_takes_the_traces_fence(p01):
+    """PHIA's prompts are our reconstruction (the paper prints only a trace): with look-back frames the prompt does
+    not say "full record"; code_fence="tool_code" writes the fence the paper's trace labels its [Act] blocks with,
+    and such a block is run."""
+    from balms.agents.phia import extract_code
+    from balms.fidelity import paper_passage
+
+    tables, sample = p01
+    record = make_agent("phia").first_prompt(sample, tables)
+    look = make_agent("phia", frame_span="lookback").first_prompt(sample, tables)
+    assert "full record" in record[1].content and "full record" not in look[1].content
+    assert f"the {sample.lookback} days" in look[1].content
+    assert "[Act]: tool_code" in paper_passage("phia_trace")
+    tool = make_agent("phia", code_fence="tool_code")
+    msgs = tool.first_prompt(sample, tables)
+    assert "```tool_code" in msgs[0].content and "```python" not in msgs[0].content + msgs[1].content
+    assert "```python" in record[0].content  # the default (every committed response) is unchanged
+    assert tool.options()["code_fence"] == "tool_code" and "code_fence" not in make_agent("phia").options()
+    reply = "[Thought] steps\n[Act]\n```tool_code\nprint(daily_df.steps.mean())\n```\n"
+    assert extract_code(reply, "tool_code")[0] == "print(daily_df.steps.mean())"
+    assert extract_code(reply)[0] is None  # the default fence does not run a tool_code block
+    with pytest.raises(ValueError, match="code_fence"):
+        make_agent("phia", code_fence="js")

@@ -89,6 +89,9 @@ class ExperimentConfig(BaseModel):
     # or the look-back window (Appendix D's trace, 56 = 14 x 4 GLOBEM rows); its PMData sleep column follows the
     # corrected recipe or the paper's, which the other systems' prompts read ("identical input windows", 3.3)
     phia_frame_span: Literal["record", "lookback"] = "record"
+    # ours: PHIA's code fence in its prompts (balms.agents.prompts.PHIA_CODE_FENCES); "tool_code" = the label of the
+    # paper's printed trace (Appendix D), "python" = every committed response's
+    phia_code_fence: Literal["python", "tool_code"] = "python"
     phia_sleep_recipe: Literal["corrected", "paper"] = "corrected"
     # reasoning models (registry is_reasoning, e.g. DeepSeek-R1-Distill): the <think> trace comes out of the same
     # max_tokens, so they get their own budgets (balms.models.budgets.budget_for)
@@ -127,6 +130,9 @@ class ExperimentConfig(BaseModel):
     # score = expectation over the judge's score-token distribution (balms.judges.geval); tells rationales apart
     # on a CPU model where greedy JSON gives every rationale the same scores.
     judge_mode: Literal["paper", "geval"] = "geval"
+    # the judge's input (1) (balms.judges.llm_judge.JUDGE_WINDOWS): "agent" = each agent's own view (ours, the demo);
+    # "lookback" = the paper's "per-feature arrays over the look-back window" for every system (the paper profile)
+    judge_window: Literal["agent", "lookback"] = "agent"
     judge_grounding_hint: bool = True  # our extension: show the judge the grounding checker's verified findings
     # execution
     servers: list[str] = []  # OpenAI-compatible base URLs (with BALMS_VLLM_BASE_URLS); routed by /v1/models
