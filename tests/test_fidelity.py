@@ -231,3 +231,11 @@ def test_case_study_window_is_the_transcribed_d1_window():
     ours = {k: ([None if v is None else float(v) for v in w["values"]], w["unit"]) for k, w in d1["window"].items()
             if any(v is not None for v in w["values"])}
     assert ours == printed
+
+
+def test_paper_profile_backbones_are_section_3_1s():
+    """The five backbones Section 3.1 names (its "Qwen2.5-7B/14B-Instruct" read as the two models)."""
+    text = fidelity.paper_passage("backbones").replace("Qwen2.5-7B/14B-Instruct",
+                                                       "Qwen2.5-7B-Instruct Qwen2.5-14B-Instruct")
+    named = {b for b in config.load("paper").backbones if b in text}
+    assert named == set(config.load("paper").backbones) and len(named) == 5

@@ -150,14 +150,16 @@ SCORING_TEXT = {"exclude": "MAE with parse failures excluded (scored MAE, failur
                         "exclusion MAE beside it)"}
 
 
-def number_caption(summary: pd.DataFrame, cfg: ExperimentConfig) -> str:
+def number_caption(summary: pd.DataFrame, cfg: ExperimentConfig, records: pd.DataFrame | None = None) -> str:
     """What changes a table's numbers, for its caption: the look-back per dataset (the paper's beside it when it
-    differs), the samples per cell and the MAE convention compared with the paper."""
+    differs; from `records` when the summary is not split by look-back), the samples per cell and the MAE
+    convention compared with the paper."""
     from balms.data.registry import get_dataset
 
     parts = []
-    if {"dataset", "lookback"} <= set(summary.columns) and len(summary):
-        for d, g in summary.groupby("dataset", sort=False):
+    src = records if records is not None else summary
+    if {"dataset", "lookback"} <= set(src.columns) and len(src):
+        for d, g in src.groupby("dataset", sort=False):
             lbs = sorted({int(v) for v in g["lookback"].dropna()})
             paper = get_dataset(d).default_lookback
             shown = "/".join(map(str, lbs))
