@@ -30,9 +30,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from balms.agents.parsing import out_of_range_value
 from balms.data.registry import dataset_names, get_dataset
-from balms.records import PredictionRecord, record_status
+from balms.records import PredictionRecord, out_of_range_value, record_status
 
 Policy = Literal["exclude", "fill", "mean_fill", "worst"]
 POLICIES: tuple[str, ...] = Policy.__args__

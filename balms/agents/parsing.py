@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from balms.records import OUT_OF_RANGE_ERROR, out_of_range_value  # noqa: F401  (re-exported for the parser's users)
+
 _NUM = r"(?P<num>[-+]?\d+(?:\.\d+)?)(?![\d.]\d)"
 # "Answer:" / "Final answer:" / "answer =" may be followed by a short non-digit filler ("I estimate ");
 # "answer is" / "answer would be" only by markdown emphasis.
@@ -40,16 +42,8 @@ _SCORE_SENTENCE = re.compile(
 
 
 NO_ANSWER = "no 'Answer: <int>' found"  # the parse error of a text with no answer statement at all
-# the parse error of an integer answer outside the scale; `out_of_range_value` reads it back, so the metrics count
-# these failures (PMData's "0": the paper's prompt prints "0 to 5" for a 1-5 scale) without a second format
-_OUT_OF_RANGE = "answer {value} out of range [{lo}, {hi}]"
-_OUT_OF_RANGE_RE = re.compile(r"^answer (?P<value>[-+]?\d+) out of range \[[-+]?\d+, [-+]?\d+\]$")
-
-
-def out_of_range_value(parse_error: str | None) -> int | None:
-    """The integer answer a parse error reports as out of range, None for any other error (or none)."""
-    m = _OUT_OF_RANGE_RE.match(parse_error) if isinstance(parse_error, str) else None
-    return int(m.group("value")) if m else None
+# the parse error of an integer answer outside the scale is written in the one format balms.records reads back
+# (`out_of_range_value`), so the metrics count these failures without a second format
 
 
 @dataclass(frozen=True)
@@ -95,6 +89,6 @@ def parse_answer(text: str | None, scale_min: int, scale_max: int, *, score_sent
     value = int(num)
     if not scale_min <= value <= scale_max:
         return ParsedAnswer(
-            None, _OUT_OF_RANGE.format(value=value, lo=scale_min, hi=scale_max), rationale, snippet
+            None, OUT_OF_RANGE_ERROR.format(value=value, lo=scale_min, hi=scale_max), rationale, snippet
         )
     return ParsedAnswer(value, None, rationale, snippet)
