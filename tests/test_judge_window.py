@@ -79,3 +79,14 @@ def test_paper_window_is_the_look_back_arrays_for_every_system(pm, monkeypatch, 
 def test_the_window_enters_the_verdict_key_only_when_not_the_agents():
     kw = dict(judge_model="j", model_id="m", justify=True, max_tokens=10, mode="paper", grounding_hint=False)
     assert verdict_key(**kw) == verdict_key(**kw, window="agent") != verdict_key(**kw, window="lookback")
+
+
+def test_judge_scale_text_for_diversityone_is_the_readers_recoding():
+    """The reader recodes A6a as 6 - A6a (higher = better mood); the judge's scale text says the same, not the raw
+    item's reversed coding."""
+    from balms.data import diversityone
+    from balms.judges.llm_judge import DATASET_TARGETS
+
+    text, lo, hi = DATASET_TARGETS["diversityone"]
+    assert "1 = very bad, 5 = very good" in text and "1 = very good" not in text and (lo, hi) == (1, 5)
+    assert diversityone.TARGET.higher_is == "better mood"  # tests/test_diversityone.py checks the recoding itself

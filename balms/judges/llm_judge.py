@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, Field
 
+from balms.data.diversityone import TARGET as _D1_TARGET
 from balms.judges.rubric import (
     DIMENSIONS,
     TIER1,
@@ -37,7 +38,9 @@ from balms.models.retrying import with_retries
 DATASET_TARGETS: dict[str, tuple[str, int, int]] = {
     "pmdata": ("daily stress level", 1, 5),
     "globem": ("PHQ-4 anxiety subscale item (feel_anxious)", 0, 3),
-    "diversityone": ("evening mood (1 = very good, 5 = very bad)", 1, 5),
+    # the reader's recoded scale (6 - A6a: 1 = very bad, 5 = very good), from the reader's own Target
+    "diversityone": (f"{_D1_TARGET.label} ({_D1_TARGET.description.split('. ')[0]})", _D1_TARGET.scale_min,
+                     _D1_TARGET.scale_max),
 }
 
 UnscoredCode = Literal["empty_rationale", "backend_error", "invalid_output", "no_logprobs", "no_score_tokens"]
