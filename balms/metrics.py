@@ -3,10 +3,11 @@ parse failures, mode collapse (the paper's Table 7) and confusion by label.
 
 Parse-failure policy (docs/scoring.md derives it from the paper's printed numbers). Two MAEs are reported
 beside each other everywhere: `policy="exclude"` (the default) computes MAE over parsed predictions only;
-`policy="fill"` scores every parse failure as if the model had answered `PAPER_FAILURE_FILL` (0), the one
-fill rule Table 7 (PHIA on DiversityOne, MAE 2.11 with 757 of 761 windows unparsed) and Table 3 (its +CoT
-3.15) leave standing: exclusion cannot give 2.11 from four integer errors, the midpoint, the mean predictor's
-value and the far scale end cannot reach or fit it, and a fill at 1 or 5 cannot reach 3.15. An out-of-range
+`policy="fill"` scores every parse failure as if the model had answered `PAPER_FAILURE_FILL` (0), the rule
+Table 7 (PHIA on DiversityOne, MAE 2.11 with 757 of 761 windows unparsed) and Table 3 (its +CoT 3.15) leave
+standing whatever the paper's parser accepted (`balms.scoring`): exclusion cannot give 2.11 from four integer
+errors, the midpoint, the mean predictor's value and the far scale end cannot reach or fit it, and a fill at 1
+or 5 reaches 3.15 only if answers of 0 were parsed too. An out-of-range
 answer (0 on PMData's 1-5 scale, which the paper's prompt prints as "0 to 5") is a parse failure like any
 other, scored the same way and counted apart (`n_out_of_range`). The paper profile's `scoring: fill` makes the
 scored MAE the one compared with the paper. The other policies are bounds: `"worst"` charges each failure the
