@@ -22,7 +22,10 @@ FIDELITY_FILE = Path(__file__).resolve().parent / "resources" / "fidelity.yaml"
 DOC_FILE = paths.PROJECT_ROOT / "docs" / "fidelity.md"
 STATUS = re.compile(r"^(exact|option|differs: \S.*|paper inconsistent: \S.*)$", re.DOTALL)
 NEEDS_TEST = ("exact", "option")
-FIELDS = ("id", "detail", "paper", "code", "status", "note", "tests", "owner")
+FIELDS = ("id", "detail", "paper", "code", "status", "note", "tests", "owner", "passages", "compares")
+# the paper's text, transcribed once by hand (tests compare the code's output with it, never with the code's own
+# strings); a row's `passages` name the ids its wording rests on
+PASSAGES_FILE = paths.PROJECT_ROOT / "tests" / "fixtures" / "paper" / "passages.yaml"
 REQUIRED = ("id", "detail", "paper", "code", "status", "tests")
 
 
@@ -36,6 +39,8 @@ class Row:
     tests: list[str] = field(default_factory=list)
     note: str = ""
     owner: str = ""
+    passages: list[str] = field(default_factory=list)  # ids in PASSAGES_FILE the row's paper text is
+    compares: str = ""  # exact rows: what their tests compare the code's output with
 
     @property
     def kind(self) -> str:
@@ -45,6 +50,25 @@ class Row:
 
 class FidelityError(ValueError):
     """A malformed row, named by its id and field."""
+
+
+def paper_passages(path: Path = PASSAGES_FILE) -> dict[str, dict]:
+    """id -> {section, text}: the paper's text as transcribed (tests/fixtures/paper/passages.yaml)."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    out: dict[str, dict] = {}
+    for i, p in enumerate(data.get("passages") or []):
+        if not {"id", "section", "text"} <= set(p) or p["id"] in out:
+            raise FidelityError(f"{path}: passage {i + 1} ({p.get('id', '?')}): needs a unique id, section and text")
+        out[p["id"]] = {"section": p["section"], "text": p["text"]}
+    return out
+
+
+def paper_passage(pid: str) -> str:
+    """One passage's text; an unknown id names the known ones."""
+    got = paper_passages()
+    if pid not in got:
+        raise KeyError(f"no passage {pid!r} in {PASSAGES_FILE}; known: {sorted(got)}")
+    return got[pid]["text"]
 
 
 def load(path: Path = FIDELITY_FILE) -> list[Row]:
@@ -69,6 +93,8 @@ def load(path: Path = FIDELITY_FILE) -> list[Row]:
         row = Row(**r)
         if row.kind in NEEDS_TEST and not row.tests:
             raise FidelityError(f"{where}: status {row.kind!r} needs a test that checks it")
+        if row.kind == "exact" and not row.compares:
+            raise FidelityError(f"{where}: an exact row says what its tests compare the code with (compares)")
         rows.append(row)
     if not rows:
         raise FidelityError(f"{path}: no rows")
@@ -142,6 +168,14 @@ def render(rows: list[Row]) -> str:
         tests = "<br>".join(f"`{t.removeprefix('tests/')}`" for t in r.tests) or "-"
         lines.append(f"| {_cell(r.detail)} | {_cell(r.paper)} | {'<br>'.join(_code(c) for c in r.code)} | "
                      f"{_cell(status)} | {tests} |")
+    lines += ["", "## What each exact row's test compares with", "",
+              "The paper's text is transcribed once, by hand, in `tests/fixtures/paper/passages.yaml` (each passage "
+              "with its section); a row whose wording rests on printed text names its passages, and its tests read "
+              "them (`tests/test_fidelity.py` checks that the passages exist and that a named test reads each).", "",
+              "| row | compares with | passages |", "|---|---|---|"]
+    for r in rows:
+        if r.kind == "exact":
+            lines.append(f"| `{r.id}` | {_cell(r.compares)} | {', '.join(f'`{p}`' for p in r.passages) or '-'} |")
     return "\n".join(lines) + "\n"
 
 

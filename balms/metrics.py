@@ -1,12 +1,17 @@
 """Prediction metrics with uncertainty: MAE and participant-cluster bootstrap CIs, paired differences,
 parse failures, mode collapse (the paper's Table 7) and confusion by label.
 
-Parse-failure policy. The default, `policy="exclude"`, computes MAE over parsed predictions only and
-always reports the parse-failure rate beside it. We read this as the paper's convention: its Table 7
-gives PHIA on DiversityOne MAE 2.11 with 757 of 761 windows unparseable, which mean-filling cannot
-produce (it would sit near the mean predictor's 0.58). The alternatives are reported too:
-`"worst"` charges each failure the largest error possible on the scale for its gold label (a
-conservative bound), `"mean_fill"` predicts the mean-predictor value for failures.
+Parse-failure policy (docs/scoring.md derives it from the paper's printed numbers). Two MAEs are reported
+beside each other everywhere: `policy="exclude"` (the default) computes MAE over parsed predictions only;
+`policy="fill"` scores every parse failure as if the model had answered `PAPER_FAILURE_FILL` (0), the rule
+Table 7 (PHIA on DiversityOne, MAE 2.11 with 757 of 761 windows unparsed) and Table 3 (its +CoT 3.15) leave
+standing whatever the paper's parser accepted (`balms.scoring`): exclusion cannot give 2.11 from four integer
+errors, the midpoint, the mean predictor's value and the far scale end cannot reach or fit it, and a fill at 1
+or 5 reaches 3.15 only if answers of 0 were parsed too. An out-of-range
+answer (0 on PMData's 1-5 scale, which the paper's prompt prints as "0 to 5") is a parse failure like any
+other, scored the same way and counted apart (`n_out_of_range`). The paper profile's `scoring: fill` makes the
+scored MAE the one compared with the paper. The other policies are bounds: `"worst"` charges each failure the
+largest error possible on the scale for its gold label, `"mean_fill"` predicts the mean-predictor value.
 
 Errors are not parse failures. A record with status "error" (the agent, the harness or the backend failed; no
 answer) is no prediction at all: it is left out of every policy's MAE, of the parse-failure rate (whose denominator
@@ -27,9 +32,12 @@ import numpy as np
 import pandas as pd
 
 from balms.data.registry import dataset_names, get_dataset
-from balms.records import PredictionRecord, record_status
+from balms.records import PredictionRecord, out_of_range_value, record_status
 
-Policy = Literal["exclude", "mean_fill", "worst"]
+Policy = Literal["exclude", "fill", "mean_fill", "worst"]
+POLICIES: tuple[str, ...] = Policy.__args__
+# the value a parse failure is scored at under policy "fill" (docs/scoring.md: the rule the paper's numbers allow)
+PAPER_FAILURE_FILL = 0
 # Native label scales (METHOD.md); pass `scale=` for anything else.
 DATASET_SCALES: dict[str, tuple[int, int]] = {n: get_dataset(n).scale for n in dataset_names()}
 UNPARSEABLE = "unparseable"
@@ -99,7 +107,7 @@ def _mean_values(df: pd.DataFrame, mean_prediction: MeanPrediction) -> np.ndarra
 
 
 def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: MeanPrediction | None = None,
-               scale: tuple[int, int] | None = None) -> pd.Series:
+               scale: tuple[int, int] | None = None, fill: float = PAPER_FAILURE_FILL) -> pd.Series:
     """Per-sample absolute error under a parse-failure policy; NaN marks samples the policy excludes (errors
     always: they are not predictions)."""
     df = records_frame(records)
@@ -109,6 +117,8 @@ def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: MeanPred
     failed = np.isnan(p) & ~errored
     if policy == "exclude":
         pass
+    elif policy == "fill":
+        err[failed] = np.abs(y - fill)[failed]
     elif policy == "mean_fill":
         if mean_prediction is None:
             raise ValueError("policy 'mean_fill' needs mean_prediction")
@@ -117,15 +127,15 @@ def abs_errors(records, policy: Policy = "exclude", *, mean_prediction: MeanPred
         lo, hi = _scales(df, scale)
         err[failed] = np.maximum(y - lo, hi - y)[failed]
     else:
-        raise ValueError(f"unknown policy {policy!r}; expected exclude, mean_fill or worst")
+        raise ValueError(f"unknown policy {policy!r}; expected one of {POLICIES}")
     err[errored] = np.nan
     return pd.Series(err, index=df.index, name="abs_error")
 
 
 def mae(records, policy: Policy = "exclude", *, mean_prediction: MeanPrediction | None = None,
-        scale: tuple[int, int] | None = None) -> float:
+        scale: tuple[int, int] | None = None, fill: float = PAPER_FAILURE_FILL) -> float:
     """Mean absolute error; parse failures handled by `policy` (default: excluded, see module doc)."""
-    e = abs_errors(records, policy, mean_prediction=mean_prediction, scale=scale).dropna()
+    e = abs_errors(records, policy, mean_prediction=mean_prediction, scale=scale, fill=fill).dropna()
     return float(e.mean()) if len(e) else math.nan
 
 
@@ -156,11 +166,12 @@ def mean_ci(values, clusters, *, n_boot: int = 2000, seed: int = 0) -> tuple[flo
 
 
 def mae_ci(records, *, by: str = "user", n_boot: int = 2000, seed: int = 0, policy: Policy = "exclude",
-           mean_prediction: MeanPrediction | None = None, scale: tuple[int, int] | None = None) -> dict:
+           mean_prediction: MeanPrediction | None = None, scale: tuple[int, int] | None = None,
+           fill: float = PAPER_FAILURE_FILL) -> dict:
     """MAE with a 95% participant-cluster bootstrap CI: {mae, ci_low, ci_high, n, n_clusters}.
     The CI is NaN with fewer than two participants (no between-participant variation to resample)."""
     df = records_frame(records)
-    e = abs_errors(df, policy, mean_prediction=mean_prediction, scale=scale)
+    e = abs_errors(df, policy, mean_prediction=mean_prediction, scale=scale, fill=fill)
     keep = e.notna().to_numpy()
     vals, cl = e.to_numpy()[keep], df[by].astype(str).to_numpy()[keep]
     if not len(vals):
@@ -219,10 +230,14 @@ def parse_failure_rate(records) -> float:
 
 
 def status_counts(records) -> dict[str, int]:
-    """n_ok, n_parse_failures, n_errors."""
-    st = records_frame(records)["status"]
+    """n_ok, n_parse_failures, n_errors, and n_out_of_range: the parse failures that were an integer answer
+    outside the scale (counted within n_parse_failures, never dropped silently)."""
+    df = records_frame(records)
+    st = df["status"]
+    pe = df["parse_error"] if "parse_error" in df.columns else pd.Series([None] * len(df), index=df.index)
+    oor = [(s == "parse_failure") and out_of_range_value(e) is not None for s, e in zip(st, pe, strict=True)]
     return {"n_ok": int((st == "ok").sum()), "n_parse_failures": int((st == "parse_failure").sum()),
-            "n_errors": int((st == "error").sum())}
+            "n_errors": int((st == "error").sum()), "n_out_of_range": int(sum(oor))}
 
 
 def _pred_labels(df: pd.DataFrame) -> pd.Series:
@@ -261,16 +276,21 @@ def confusion(records, *, scale: tuple[int, int] | None = None) -> pd.DataFrame:
 
 def summarize_run(records, mean_prediction: MeanPrediction | None = None, *, n_boot: int = 2000, seed: int = 0,
                   scale: tuple[int, int] | None = None) -> dict:
-    """One table row for a run: n, MAE (exclude) with CI, worst-case MAE, parse failures and errors (apart),
-    mode collapse, and, given the mean predictor's value, its MAE on the same samples and the paired difference."""
+    """One table row for a run: n, MAE with CI under both conventions (`mae`: failures excluded; `mae_scored`:
+    failures scored at PAPER_FAILURE_FILL), worst-case MAE, parse failures (out-of-range answers among them) and
+    errors (apart), mode collapse, and, given the mean predictor's value, its MAE on the same samples and the
+    paired difference."""
     df = records_frame(records)
     ci = mae_ci(df, n_boot=n_boot, seed=seed)
+    sc = mae_ci(df, n_boot=n_boot, seed=seed, policy="fill")
     mc = mode_collapse(df)
     counts = status_counts(df)
     row = {"n": len(df), "n_parsed": counts["n_ok"], "n_parse_failures": counts["n_parse_failures"],
+           "n_out_of_range": counts["n_out_of_range"],
            "n_errors": counts["n_errors"], "n_users": int(df["user"].nunique()),
            "parse_failure_rate": parse_failure_rate(df) if len(df) else math.nan,
            "mae": ci["mae"], "mae_ci_low": ci["ci_low"], "mae_ci_high": ci["ci_high"],
+           "mae_scored": sc["mae"], "mae_scored_ci_low": sc["ci_low"], "mae_scored_ci_high": sc["ci_high"],
            "modal_label": mc["modal_label"], "mode_rate": mc["mode_rate"]}
     try:
         row["mae_worst"] = mae(df, "worst", scale=scale)

@@ -6,6 +6,7 @@ never agent internals.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field, model_validator
@@ -15,6 +16,18 @@ from pydantic import BaseModel, Field, computed_field, model_validator
 # result: the runner retries it on the next run, and metrics never count it as a parse failure.
 Status = Literal["ok", "parse_failure", "error"]
 STATUSES: tuple[Status, ...] = ("ok", "parse_failure", "error")
+
+
+# The parse error of an integer answer outside the label scale (PMData's "0": the paper's prompt prints "0 to 5" for
+# a 1-5 scale), written by the parser and read back by the metrics, which count these failures (n_out_of_range)
+OUT_OF_RANGE_ERROR = "answer {value} out of range [{lo}, {hi}]"
+_OUT_OF_RANGE_RE = re.compile(r"^answer (?P<value>[-+]?\d+) out of range \[[-+]?\d+, [-+]?\d+\]$")
+
+
+def out_of_range_value(parse_error: str | None) -> int | None:
+    """The integer answer a parse error reports as out of range, None for any other error (or none)."""
+    m = _OUT_OF_RANGE_RE.match(parse_error) if isinstance(parse_error, str) else None
+    return int(m.group("value")) if m else None
 
 
 def record_status(error: str | None, prediction: int | None) -> Status:

@@ -211,3 +211,26 @@ base.round(3)
 for d, sm in summaries.items():
     print(claims.concentration_sentence(sm["label_counts"], dataset=d))
     print(claims.baseline_sentence(base, dataset=d))
+
+# %% [markdown]
+# ## RAPTOR's PMData leaves per user and channel
+#
+# RAPTOR's leaves are PMData's half-hour slots (Section 2.3.3) of every sub-day series the release has: minute
+# steps (`steps.json`), sleep stages (`sleep.json`), and minute heart rate and calories (`heart_rate.json`,
+# `calories.json`) where those files are present. `leaves` counts the slots with any value; each channel its
+# slots with a value; the last column names the minute files this copy of the data lacks for the user (a user
+# without them gets leaves from what is there).
+
+# %%
+from balms.data.pmdata import subday_leaf_table
+
+pm_tables = all_tables["pmdata"]
+leaf_tab = subday_leaf_table(pm_tables)
+report.save_table(leaf_tab, "raptor_leaves_pmdata", artefact="RAPTOR leaves (PMData)", notebook=NB,
+                  source=report.source_label([pm_tables.source]), profile=cfg.profile,
+                  caption="half-hour leaves per user and sub-day channel, and the minute files each user lacks")
+absent = {f: sorted(leaf_tab.loc[leaf_tab["minute files absent"].str.contains(f, regex=False), "user"])
+          for f in ("steps.json", "heart_rate.json", "calories.json")}
+for f, users in absent.items():
+    print(f"{f} absent for {len(users)} of {len(leaf_tab)} users: {', '.join(users) or 'none'}")
+leaf_tab

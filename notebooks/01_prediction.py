@@ -63,9 +63,10 @@ print(f"{len(recs)} predictions; models: {models_caption}; data: {src}")
 # ## Table 3 (zero-shot), the paper's backbones beside ours
 
 # %%
-t3 = ex.table3_paper_vs_ours(summary, mean_pred, cot=False)
+t3 = ex.table3_paper_vs_ours(summary, mean_pred, cot=False, scoring=cfg.scoring)
 report.save_table(t3, "table3_zero_shot", artefact="Table 3", notebook=NB, source=src, profile=cfg.profile,
-                  models=ex.models_run(recs), n=len(recs), caption=f"zero-shot MAE; ours: {models_caption}")
+                  models=ex.models_run(recs), n=len(recs), caption=f"zero-shot MAE; ours: {models_caption}; "
+                          f"{ex.number_caption(summary[~summary['cot'].astype(bool)], cfg)}")
 t3.round(3)
 
 # %% [markdown]

@@ -63,9 +63,10 @@ mean_pred = ex.mean_predictor_rows(cfg)
 # ## Table 3 "+CoT", paper beside ours
 
 # %%
-t3c = ex.table3_paper_vs_ours(summary, mean_pred, cot=True)
+t3c = ex.table3_paper_vs_ours(summary, mean_pred, cot=True, scoring=cfg.scoring)
 report.save_table(t3c, "table3_cot", artefact="Table 3 (+CoT)", notebook=NB, source=src, profile=cfg.profile,
-                  models=ex.models_run(recs), n=len(recs), caption=f"CoT MAE; ours: {models_caption}")
+                  models=ex.models_run(recs), n=len(recs), caption=f"CoT MAE; ours: {models_caption}; "
+                          f"{ex.number_caption(summary[summary['cot']], cfg)}")
 cot_recs, cot_cells = recs[recs.cot], summary[summary.cot]
 n_cot_parsed = int(cot_recs["prediction"].notna().sum())
 cot_parse = n_cot_parsed / len(cot_recs) if len(cot_recs) else float("nan")

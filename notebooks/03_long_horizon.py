@@ -84,7 +84,8 @@ chg["paper_claim"] = chg.apply(lambda r: {("pmdata", "rag"): "about -29%", ("glo
                                           ("pmdata", "phia"): "flat"}.get((r.dataset, r.system), ""), axis=1)
 chg.columns = [str(c) for c in chg.columns]
 report.save_table(chg, "fig5_lookback_change", artefact="Figure 5 (table)", notebook=NB, source=src, profile=cfg.profile,
-                  models=ex.models_run(recs), n=len(recs), caption="MAE per look-back and relative change, paper claims beside")
+                  models=ex.models_run(recs), n=len(recs), caption="MAE per look-back and relative change, paper claims beside; "
+                          + ex.number_caption(summary, cfg))
 chg.round(3)
 
 # %%
@@ -120,8 +121,8 @@ fig = report.facet(summary, kind="line", x="lookback", y="mean_prompt_tokens", h
 report.save_figure(fig, "fig2_tokens_vs_lookback", artefact="Figure 2", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 report.save_table(summary, "long_horizon_cells", artefact="Figures 2, 5, 7 (cells)", notebook=NB, source=src,
-                  profile=cfg.profile, models=ex.models_run(recs), n=len(recs), caption="per look-back cells")
-summary[["dataset", "system", "lookback", "mae", "mean_latency_s", "mean_prompt_tokens"]].round(2)
+                  profile=cfg.profile, models=ex.models_run(recs), n=len(recs), caption="per look-back cells; " + ex.number_caption(summary, cfg))
+summary[["dataset", "system", "lookback", "mae", "mae_scored", "mean_latency_s", "mean_prompt_tokens"]].round(2)
 
 # %%
 for y, label, digits in (("mean_prompt_tokens", "Prompt tokens", 0), ("mean_latency_s", "Latency (s)", 2)):

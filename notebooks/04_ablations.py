@@ -74,7 +74,7 @@ paper4 = report.paper_table("table4_globem_sensor_sets")
 t4 = pd.concat([paper4.assign(who="paper"), ours.rename(columns={"model": "backbone"}).assign(who="ours")],
                ignore_index=True)
 report.save_table(t4, "table4_globem_sensor_sets", artefact="Table 4", notebook=NB, source=src, profile=cfg.profile,
-                  models=ex.models_run(recs), n=len(recs), caption=f"GLOBEM full vs Fitbit-only MAE; ours: {cap}")
+                  models=ex.models_run(recs), n=len(recs), caption=f"GLOBEM full vs Fitbit-only MAE; ours: {cap}; {ex.number_caption(summary, cfg, recs)}")
 t4.round(3)
 
 # %%
@@ -117,7 +117,8 @@ pm_recs = ex.run_declared(cfg, NB, "pmdata_channels")  # three channel sets (`ch
 pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"], cfg=cfg)
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
                   source=report.source_label(pm_sum["source"]), profile=cfg.profile, models=ex.models_run(pm_recs),
-                  n=len(pm_recs), caption=f"PMData Health-LLM MAE by channel set; {cap}")
+                  n=len(pm_recs),
+                  caption=f"PMData Health-LLM MAE by channel set; {cap}; {ex.number_caption(pm_sum, cfg, pm_recs)}")
 abl = pd.concat([summary.assign(x=summary.channel_set + summary.cot.map({False: "", True: "+CoT"})),
                  pm_sum.assign(x=pm_sum.channel_set)], ignore_index=True)
 abl["x"] = abl.x + "\n" + abl.n_parsed.astype(int).astype(str) + " of " + abl.n.astype(int).astype(str) + " parsed"
@@ -158,5 +159,7 @@ for m, g in st_recs.groupby("model"):
 st_diff = pd.DataFrame(rows)
 report.save_table(st_diff, "ablation_prompt_style", artefact="Prompt style (paper vs corrected)", notebook=NB,
                   source=report.source_label(st_recs["source"]), profile=cfg.profile, models=cfg.backbones,
-                  n=len(st_recs), caption=f"PMData Health-LLM MAE, corrected minus paper style, paired; {cap}")
-st_sum[["dataset", "system", "model", "style", "n", "mae", "mae_ci_low", "mae_ci_high", "parse_failure_rate"]].round(3)
+                  n=len(st_recs), caption=f"PMData Health-LLM MAE, corrected minus paper style, paired; {cap}; "
+                                         f"{ex.number_caption(st_sum, cfg, st_recs)}")
+st_sum[["dataset", "system", "model", "style", "n", "mae", "mae_ci_low", "mae_ci_high", "mae_scored",
+        "parse_failure_rate"]].round(3)

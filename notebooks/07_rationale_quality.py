@@ -83,6 +83,10 @@ if cfg.judge_mode == "geval":
 else:
     mode = "with one-sentence justifications" if cfg.judge_justify else "scores only (budget mode, no justifications)"
 print(f"{len(judged)} rationales judged by {jcap}, {mode}; unscored: {(judged.judge_status != 'scored').sum()}")
+# what changes the judge's numbers, for every caption below: judge model and mode, the judge's window, n
+window_text = {"agent": "the judge shown each agent's own view (ours)",
+               "lookback": "the judge shown the look-back arrays (the paper's)"}[cfg.judge_window]
+jcap_full = f"{jcap}, {cfg.judge_mode} mode {mode}; {window_text}"
 # Figure 4 and Table 6: the paper's scope (GLOBEM; Health-LLM, RAG, PHIA) within what was judged
 in_paper = judged.dataset.isin(ex.PAPER_JUDGE_DATASETS) & judged.system.isin(ex.PAPER_JUDGE_SYSTEMS)
 paper_scope, wider = judged[in_paper], judged
@@ -113,7 +117,7 @@ if len(paper_scope):
     report.save_table(agg, "fig4_judge_aggregate", artefact="Figure 4 (table)", notebook=NB, source=src,
                       profile=cfg.profile, models=judged_models + judges, n=len(paper_scope),
                       caption=f"GLOBEM Tier-1 invocation/accuracy/coverage, Tier-2 means and GQ ((overall - 1) / 4); "
-                              f"agents {cap}; judge {jcap}")
+                              f"agents {cap}; judge {jcap_full}; n {len(paper_scope)} rationales")
     fig = report.radar(agg.assign(system=agg.system.map(ex.PAPER_SYSTEM_NAMES)), axes=FIG4_AXES, hue="system",
                        col="model", col_order=judged_models, labels={**T1_AXES, "gq": "GQ"},
                        title=f"Figure 4: LLM-as-judge on GLOBEM, Tier-1 coverage and GQ; agents {cap}; judge {jcap} "
@@ -139,8 +143,8 @@ gq = pd.concat([paper_gq, ours_gq], ignore_index=True)[["backbone", "system", "g
 if len(ours_gq):
     report.save_table(gq, "fig4_gq_vs_paper", artefact="Figure 4 (GQ, table)", notebook=NB, source=src,
                       profile=cfg.profile, models=judged_models + judges, n=len(paper_scope),
-                      caption=f"GQ = (overall - 1) / 4 on GLOBEM: the paper's (from Table 6) and ours; agents {cap}; "
-                              f"judge {jcap}")
+                      caption=f"GQ = (overall - 1) / 4 on GLOBEM: the paper's (from Table 6, Llama-3.3-70B) and ours; "
+                              f"agents {cap}; judge {jcap_full}; n {len(paper_scope)} rationales")
     fig = report.facet(gq.assign(backbone=gq.backbone + gq.who.map({"paper": " (paper)", "ours": " (ours)"})),
                        kind="bar", x="backbone", y="gq", hue="system", aspect=2.2,
                        title=f"Figure 4's GQ on GLOBEM: the paper's backbones beside ours ({cap}; judge {jcap})")
@@ -177,12 +181,15 @@ else:
 # ## Table 6: GLOBEM Tier-2, paper beside ours
 
 # %%
-tier2 = ["faithfulness", "evidence_grounding", "domain_knowledge", "clarity", "overall"]
+# the paper's Table 6 omits Safety ("every cell scores 5.0"); ours is shown, since ours need not be 5.0
+tier2 = ["faithfulness", "evidence_grounding", "domain_knowledge", "safety", "clarity", "overall"]
 ours6 = agg[agg.dataset == "globem"].reindex(columns=["model", "system"] + tier2).rename(columns={"model": "backbone"})
 ours6["system"] = ours6["system"].map(ex.PAPER_SYSTEM_NAMES)
 t6 = pd.concat([report.paper_table("table6_globem_tier2").assign(who="paper"), ours6.assign(who="ours")], ignore_index=True)
 report.save_table(t6, "table6_globem_tier2", artefact="Table 6", notebook=NB, source=src, profile=cfg.profile,
-                  models=judged_models + judges, n=len(paper_scope), caption=f"GLOBEM Tier-2 means; judge {jcap}")
+                  models=judged_models + judges, n=len(paper_scope),
+                  caption=f"GLOBEM Tier-2 means (Safety ours only: the paper omits it); paper judge Llama-3.3-70B, "
+                          f"ours {jcap_full}; n {len(paper_scope)} rationales")
 t6.round(2)
 
 # %% [markdown]

@@ -55,6 +55,8 @@ horizon = ex.run_declared(cfg, "03_long_horizon")
 phia = ex.run_declared(cfg, "05_phia_failures")
 size = ex.run_declared(cfg, NB)  # this notebook's own cells: the single-call systems on `size_backbones`
 every = pd.concat([zs, cot, horizon, phia, size], ignore_index=True)
+from balms.experiments.summaries import SCORING_TEXT  # the MAE convention each caption names
+
 src, cap = report.source_label(every["source"]), report.model_caption(ex.models_run(every))
 print(f"{len(every)} prediction records ({every.drop_duplicates(['cell_key', 'sample_id']).shape[0]} distinct); "
       f"models: {cap}; data: {src}")
@@ -72,7 +74,8 @@ sizes = sorted({25, 50, 100, 150, 300, *(cfg.n_for("pmdata", s, c) for s in cfg.
 power = study.power_table(cfg, hl, "pmdata", ns=sizes)
 report.save_table(power, "cpu_study_power", artefact="CPU study (power)", notebook=NB, source=src,
                   profile=cfg.profile, models=ex.models_run(hl), n=len(hl),
-                  caption=f"interval width on the MAE difference to the mean predictor per n; {cap}")
+                  caption=f"interval width on the MAE difference to the mean predictor per n; {cap}; "
+                          f"{SCORING_TEXT[cfg.scoring]}")
 power.round(3)
 
 # %%
@@ -101,7 +104,8 @@ supervised = study.supervised_records(cfg)
 table = study.claims_table(cfg, zs, cot, horizon, phia, size=size, supervised=supervised)
 report.save_table(table, "cpu_study_claims", artefact="CPU study (claims)", notebook=NB, source=src,
                   profile=cfg.profile, models=ex.models_run(every), n=len(every),
-                  caption=f"the paper's directional claims and ours with 95% participant-bootstrap intervals; {cap}")
+                  caption=f"the paper's directional claims and ours with 95% participant-bootstrap intervals; {cap}; "
+                          f"{SCORING_TEXT[cfg.scoring]}")
 ran = table[table.verdict != study.NOT_RUN]
 fig = report.forest(ran, label="comparison", est="diff", lo="ci_low", hi="ci_high", color_by="verdict",
                     title=f"The paper's claims and ours on our data: differences with 95% intervals; {cap}; "

@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "balms.runner": 5,
     "balms.judges": 6,
     "balms.metrics": 6,
+    "balms.scoring": 6,
     "balms.failures": 6,
     "balms.experiments": 7,
     "balms.experiments.config": 7,

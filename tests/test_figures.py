@@ -58,13 +58,16 @@ def test_table3_puts_ours_beside_the_papers_column_of_the_same_backbone():
                          "mae": [0.7, 0.9, 1.5], "mae_ci_low": [0.5, 0.8, 1.0], "mae_ci_high": [0.9, 1.0, 2.0],
                          "parse_failure_rate": [0.0, 0.0, 0.5], "n": [4] * 3, "source": ["real"] * 3,
                          "diff_vs_mean": [0.2, 0.4, 1.0], "diff_vs_mean_ci_low": [0.1, 0.3, float("nan")],
-                         "diff_vs_mean_ci_high": [0.3, 0.5, float("nan")], "n_parsed": [4, 4, 2]})
+                         "diff_vs_mean_ci_high": [0.3, 0.5, float("nan")], "n_parsed": [4, 4, 2],
+                         "mae_scored": [0.7, 0.9, 2.5], "n_out_of_range": [0, 0, 1]})
     mp = pd.DataFrame({"dataset": ["pmdata"], "mae_raw_mean": [0.5]})
     t3 = ex.table3_paper_vs_ours(summ, mp, cot=False)
     cols = list(t3.columns)
     i = cols.index("paper Qwen2.5-7B-Instruct")
-    assert cols[i + 1:i + 9] == ["ours Qwen2.5-7B-Instruct", "ours Qwen2.5-7B-Instruct CI",
-                                 "ours Qwen2.5-7B-Instruct parse fail", "ours Qwen2.5-7B-Instruct errors",
+    assert cols[i + 1:i + 11] == ["ours Qwen2.5-7B-Instruct", "ours Qwen2.5-7B-Instruct CI",
+                                 "ours Qwen2.5-7B-Instruct scored",
+                                 "ours Qwen2.5-7B-Instruct parse fail", "ours Qwen2.5-7B-Instruct out of range",
+                                 "ours Qwen2.5-7B-Instruct errors",
                                  "diff Qwen2.5-7B-Instruct",
                                  "ours Qwen2.5-7B-Instruct minus mean predictor",
                                  "ours Qwen2.5-7B-Instruct minus mean predictor CI",
@@ -74,6 +77,10 @@ def test_table3_puts_ours_beside_the_papers_column_of_the_same_backbone():
     assert t3.loc[0, "ours Claude-Haiku-4.5 minus mean predictor CI"] == "[0.10, 0.30]"
     assert t3.loc[0, "ours smollm2-135m minus mean predictor CI"] == ""  # no interval: said, not invented
     assert t3.loc[0, "ours smollm2-135m n parsed"] == 2
+    # both MAE conventions shown; the profile's `scoring` picks the one compared with the paper (docs/scoring.md)
+    assert t3.loc[0, "ours smollm2-135m scored"] == 2.5 and t3.loc[0, "ours smollm2-135m out of range"] == 1
+    t3f = ex.table3_paper_vs_ours(summ.assign(mae_scored=[0.8, 1.2, 2.5]), mp, cot=False, scoring="fill")
+    assert t3f.loc[0, "diff Claude-Haiku-4.5"] == pytest.approx(0.8 - 0.64)
     assert "paper Mistral-7B-Instruct-v0.3" in cols and "ours Mistral-7B-Instruct-v0.3" not in cols
     # a model that is not a paper backbone comes after every paper backbone, without a diff
     assert cols.index("ours smollm2-135m") > cols.index("paper Claude-Haiku-4.5") and "diff smollm2-135m" not in cols

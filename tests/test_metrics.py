@@ -132,3 +132,57 @@ def test_summarize_run_row(recs):
     assert row2["mae"] == row["mae"] and "diff_vs_mean" not in row2
     g = metrics.by_group(recs, ["user"], n_boot=50)
     assert list(g["user"]) == ["u1", "u2", "u3"] and list(g["n"]) == [2, 2, 2]
+
+
+def test_scored_failures_beside_exclusion_on_a_constructed_case():
+    """docs/scoring.md: a failure is scored as the answer 0; an out-of-range answer (0 on PMData's 1-5 scale)
+    is a parse failure scored the same way and counted, never dropped silently."""
+    from balms.agents.parsing import parse_answer
+
+    oor = parse_answer("Answer: 0", 1, 5)  # the paper's PMData prompt says "0 to 5"
+    assert oor.value is None
+    rows = [R("p1", "u1", 3, 3, dataset="pmdata"), R("p2", "u1", 2, 4, dataset="pmdata"),
+            R("p3", "u2", 4, None, dataset="pmdata", parse_error=oor.error),
+            R("p4", "u2", 5, None, dataset="pmdata", parse_error="no 'Answer: <int>' found")]
+    assert metrics.mae(rows) == pytest.approx((0 + 2) / 2)
+    assert metrics.mae(rows, "fill") == pytest.approx((0 + 2 + 4 + 5) / 4)
+    assert metrics.mae(rows, "fill", fill=1) == pytest.approx((0 + 2 + 3 + 4) / 4)
+    counts = metrics.status_counts(rows)
+    assert counts["n_parse_failures"] == 2 and counts["n_out_of_range"] == 1
+    row = metrics.summarize_run(rows, n_boot=50)
+    assert row["mae"] == pytest.approx(1.0) and row["mae_scored"] == pytest.approx(11 / 4)
+    assert row["mae_scored_ci_low"] <= row["mae_scored"] <= row["mae_scored_ci_high"]
+    assert row["n_out_of_range"] == 1 and row["n_parse_failures"] == 2
+    # an error (no answer) is no prediction under either convention
+    err = [*rows, R("p5", "u2", 1, None, dataset="pmdata", error="backend down")]
+    assert metrics.mae(err, "fill") == pytest.approx(11 / 4)
+
+
+def test_the_fill_rule_reproduces_table7_arithmetic():
+    """The paper's DiversityOne PHIA cell (Table 7): 757 of 761 unparsed, MAE 2.11. Exclusion over four integer
+    errors can only give a multiple of 0.25; a fill at 0 gives the failed windows' mean label."""
+    labels = [2] * 674 + [3] * 84 + [1] * 3  # a constructed label set with mean 2.11 over the failures
+    rows = [R(f"d{i}", f"u{i % 7}", y, None, dataset="diversityone") for i, y in enumerate(labels[:757])]
+    rows += [R(f"e{i}", "u0", y, 2, dataset="diversityone") for i, y in enumerate(labels[757:])]
+    excl = metrics.mae(rows)
+    assert (excl * 4) == pytest.approx(round(excl * 4))  # k/4: never 2.11
+    scored = metrics.mae(rows, "fill")
+    assert scored == pytest.approx(sum(labels[:757]) / 761 + sum(abs(y - 2) for y in labels[757:]) / 761)
+
+
+def test_scoring_derivation_from_the_papers_printed_numbers():
+    """docs/scoring.md: of the fill rules, only a fill outside the 1-5 scale (0, the one code writes) gives both
+    Table 7's 2.11 and Table 3's +CoT 3.15 whatever the parser accepted; the doc's table is the computed one."""
+    from balms import paths, scoring
+
+    t = scoring.fill_rule_table().set_index("rule")
+    both = t[t["mae"] & t["cot_1_5"] & t["cot_0_5"]]
+    assert sorted(both["fill"]) == [0, 6] and metrics.PAPER_FAILURE_FILL in set(both["fill"])
+    assert not t.loc["exclude (integer labels)", "mae"]
+    assert not t.loc["fill at the midpoint", "mae"] and not t.loc["fill at the far scale end (worst)", "mae"]
+    assert t.loc["fill at the low scale end", "mae"] and not t.loc["fill at the low scale end", "cot_1_5"]
+    # the checks can fail: a printed 2.25 over four parsed windows is what exclusion would give
+    fake = scoring.PrintedCell(n=761, n_fail=757, mae=2.25, cot_mae=2.25, mean_predictor_mae=0.58, scale=(1, 5))
+    assert scoring.fill_rule_table(fake).set_index("rule").loc["exclude (integer labels)", "mae"]
+    doc = (paths.PROJECT_ROOT / "docs" / "scoring.md").read_text(encoding="utf-8")
+    assert scoring.with_table(doc) == doc, "docs/scoring.md is stale: run python -m balms.scoring --write"

@@ -150,3 +150,65 @@ def test_paper_number_formats():
     gl = paper_prompts.PaperChannel("Location Entropy", "", 2, fixed=True)
     assert paper_prompts.format_paper(1.8, gl) == "1.80"
     assert paper_prompts.format_paper(4664.0, paper_prompts.PaperChannel("Steps", "steps", 0)) == "4664"
+
+
+def _as_printed(pid: str) -> list[str]:
+    """A template passage of tests/fixtures/paper/ as the code should render it: the template's slot braces
+    ({Stress}) dropped, the PDF's typographic apostrophe as ASCII (our prompts use "'")."""
+    import re
+
+    from balms.fidelity import paper_passage
+
+    text = re.sub(r"\{([^{}]*)\}", r"\1", paper_passage(pid)).replace("’", "'")
+    return text.split("\n")
+
+
+def test_p01_prompt_is_the_transcribed_template(p01):
+    """Appendix D's Health-LLM template, from the transcription fixture (not from this file's constants)."""
+    tables, sample = p01
+    assert _user(tables, sample, style="paper").split("\n") == _as_printed("healthllm_template")
+
+
+def test_printed_cot_form_is_the_transcribed_template_with_reasoning(p01):
+    """Appendix D's "Health-LLM Prompt Template with Reasoning": the paper profile's CoT prompt shows the printed
+    worked paragraph and answer sentence as its example; the blocks before the (abbreviated) sensor lines are the
+    printed ones. The demo's placeholder form is an option that keeps its committed prompts."""
+    from balms.experiments import config
+
+    tables, sample = p01
+    printed = _as_printed("healthllm_cot_template")
+    assert config.load("paper").cot_format == "printed" and config.load("demo").cot_format == "paper"
+    got = _user(tables, sample, cot=True, cot_format="printed").split("\n")
+    assert got[:5] == printed[:5]  # purpose, task instruction, profile, as printed
+    assert got[-2:] == printed[-2:]  # the worked Reasoning paragraph, then "The user's stress score is 3."
+    assert printed[5].startswith("[Burned Calories]: [494, 354, NaN") and got[7].startswith(printed[5][:32])
+    placeholder = _user(tables, sample, cot=True).split("\n")
+    assert placeholder[-2] == "Reasoning: <your reasoning in one paragraph>" and placeholder[-1] == printed[-1]
+    # the printed form asks for the paper's answer sentence, so its reply parses
+    agent = make_agent("healthllm", cot=True, cot_format="printed")
+    assert agent.score_sentence
+
+
+def test_phia_prompt_never_contradicts_its_frame_span_and_takes_the_traces_fence(p01):
+    """PHIA's prompts are our reconstruction (the paper prints only a trace): with look-back frames the prompt does
+    not say "full record"; code_fence="tool_code" writes the fence the paper's trace labels its [Act] blocks with,
+    and such a block is run."""
+    from balms.agents.phia import extract_code
+    from balms.fidelity import paper_passage
+
+    tables, sample = p01
+    record = make_agent("phia").first_prompt(sample, tables)
+    look = make_agent("phia", frame_span="lookback").first_prompt(sample, tables)
+    assert "full record" in record[1].content and "full record" not in look[1].content
+    assert f"the {sample.lookback} days" in look[1].content
+    assert "[Act]: tool_code" in paper_passage("phia_trace")
+    tool = make_agent("phia", code_fence="tool_code")
+    msgs = tool.first_prompt(sample, tables)
+    assert "```tool_code" in msgs[0].content and "```python" not in msgs[0].content + msgs[1].content
+    assert "```python" in record[0].content  # the default (every committed response) is unchanged
+    assert tool.options()["code_fence"] == "tool_code" and "code_fence" not in make_agent("phia").options()
+    reply = "[Thought] steps\n[Act]\n```tool_code\nprint(daily_df.steps.mean())\n```\n"
+    assert extract_code(reply, "tool_code")[0] == "print(daily_df.steps.mean())"
+    assert extract_code(reply)[0] is None  # the default fence does not run a tool_code block
+    with pytest.raises(ValueError, match="code_fence"):
+        make_agent("phia", code_fence="js")

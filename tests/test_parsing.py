@@ -96,3 +96,14 @@ def test_last_answer_wins(first, last, middle):
 def test_text_without_answer_never_parses(text, scale):
     got = parse_answer(text, *scale)
     assert got.value is None and got.error and got.rationale == text.strip()
+
+
+def test_out_of_range_answers_are_read_back_for_counting():
+    from balms.agents.parsing import out_of_range_value
+
+    assert out_of_range_value(parse_answer("Answer: 0", 1, 5).error) == 0
+    assert out_of_range_value(parse_answer("Answer: 226", 1, 5).error) == 226
+    assert out_of_range_value(parse_answer("Answer: -1", 0, 3).error) == -1
+    for other in (parse_answer("no answer here", 1, 5).error, parse_answer("Answer: 3.5", 1, 5).error, None):
+        assert out_of_range_value(other) is None
+    assert parse_answer("Answer: 3", 1, 5).error is None

@@ -47,7 +47,7 @@ class PromptAgentBase:
     @property
     def score_sentence(self) -> bool:
         """Whether this agent's prompt asked for the paper's CoT answer sentence (so the parser accepts it)."""
-        return self.cot and self.style == "paper" and self.cot_format == "paper"
+        return self.cot and self.style == "paper" and self.cot_format in paper_prompts.SCORE_SENTENCE_FORMATS
 
     @property
     def system_prompt(self) -> str:

@@ -5,9 +5,10 @@ agent and the target's range AS PRINTED); "User profile." (age, gender, height, 
 "Sensor signals (look-back window)." with one `[Name]: [v1, ..., vN] unit` line per channel, oldest day
 first, NaN for missing, no dates; the same-day self-report (`[Mood]: 3 out of 5`); "Question.";
 "Output format." with its `Answer: 1` example. The CoT variant (`cot_format`) prescribes no operations:
-`paper` (default) asks for the answer as the paper's CoT template prints it, a `Reasoning:` paragraph and then
-the sentence "The user's stress score is 3."; `answer_line` (our earlier reconstruction, kept for the CPU study's
-committed responses) a `Reasoning:` paragraph and then `Answer: 1`. Zero-shot and CoT share everything else.
+`printed` (the paper profile) shows the paper's CoT template as printed, its worked `Reasoning:` paragraph and then
+the sentence "The user's stress score is 3."; `paper` (default, the demo's committed responses) the same with a
+placeholder paragraph; `answer_line` (our earlier reconstruction, kept for the CPU study's committed responses) a
+placeholder paragraph and then `Answer: 1`. Zero-shot and CoT share everything else.
 
 The paper prints this for PMData only. What is extrapolated here, and why:
 - PMData range: "0 to 5" as printed (stress is 1-5 in the data; the corrected style states 1-5). Other
@@ -88,9 +89,22 @@ def question_block(window: Window) -> list[str]:
     return ["Question.", f"What would be the predicted {paper_target(window).question}?"]
 
 
-COT_FORMATS = ("paper", "answer_line")
+# CoT output formats: "printed" = the paper's template as printed, its worked reasoning paragraph and answer sentence
+# as the example (the paper profile); "paper" = our placeholder paragraph with the paper's answer sentence (the
+# demo's committed responses); "answer_line" = our earlier placeholder and "Answer: 1" (the CPU study's)
+COT_FORMATS = ("paper", "answer_line", "printed")
+SCORE_SENTENCE_FORMATS = ("paper", "printed")  # the formats that ask for the paper's answer sentence
 # the paper's CoT answer sentence and the value its example prints ("The user's stress score is 3.")
 PAPER_COT_EXAMPLE_VALUE = 3
+# "Health-LLM Prompt Template with Reasoning" (Appendix D): the worked reasoning paragraph, as printed (its PMData
+# example, carried to every dataset as the template is; tests compare it with tests/fixtures/paper/)
+PAPER_COT_EXAMPLE_REASONING = (
+    "The participant's resting heart rate has been relatively stable over the last few days, ranging between "
+    "65.6404 and 68.7387 bpm, indicating no significant physiological stress. However, sleep patterns have been "
+    "inconsistent, with notably low sleep minutes on day 13 (261 minutes) and day 14 (290 minutes), suggesting "
+    "potential fatigue or stress. Additionally, the mood score of 3 out of 5 indicates moderate satisfaction, which "
+    "could imply some level of stress or dissatisfaction. Considering these factors, the overall stress level seems "
+    "to be moderately elevated but not extremely high.")
 
 
 def check_cot_format(cot_format: str) -> None:
@@ -108,7 +122,8 @@ def output_block(cot: bool, window: Window | None = None, cot_format: str = "pap
     lines = ["Output format.", "For example, the answer should be in the following format:"]
     if not cot:
         return [*lines, "Answer: 1"]
-    lines.append("Reasoning: <your reasoning in one paragraph>")
+    lines.append("Reasoning: " + (PAPER_COT_EXAMPLE_REASONING if cot_format == "printed"
+                                  else "<your reasoning in one paragraph>"))
     if cot_format == "answer_line" or window is None:
         return [*lines, "Answer: 1"]
     return [*lines, score_sentence(window, PAPER_COT_EXAMPLE_VALUE)]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from balms.records import OUT_OF_RANGE_ERROR, out_of_range_value  # noqa: F401  (re-exported for the parser's users)
+
 _NUM = r"(?P<num>[-+]?\d+(?:\.\d+)?)(?![\d.]\d)"
 # "Answer:" / "Final answer:" / "answer =" may be followed by a short non-digit filler ("I estimate ");
 # "answer is" / "answer would be" only by markdown emphasis.
@@ -40,6 +42,8 @@ _SCORE_SENTENCE = re.compile(
 
 
 NO_ANSWER = "no 'Answer: <int>' found"  # the parse error of a text with no answer statement at all
+# the parse error of an integer answer outside the scale is written in the one format balms.records reads back
+# (`out_of_range_value`), so the metrics count these failures without a second format
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,6 @@ def parse_answer(text: str | None, scale_min: int, scale_max: int, *, score_sent
     value = int(num)
     if not scale_min <= value <= scale_max:
         return ParsedAnswer(
-            None, f"answer {value} out of range [{scale_min}, {scale_max}]", rationale, snippet
+            None, OUT_OF_RANGE_ERROR.format(value=value, lo=scale_min, hi=scale_max), rationale, snippet
         )
     return ParsedAnswer(value, None, rationale, snippet)

@@ -54,12 +54,15 @@ from balms.records import PredictionRecord
 EXECUTORS = ("faithful", "improved")
 _TAGS = re.compile(r"^\s*\[(?:Finish|Observe|Observation|Thought)\]\s*", re.MULTILINE)
 _CODE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(?P<code>.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+# with code_fence="tool_code" (the paper's trace label) a ```tool_code block is code too
+_CODE_TOOL = re.compile(r"```[ \t]*(?:python|py|tool_code)?[ \t]*\n(?P<code>.*?)(?:```|\Z)",
+                        re.DOTALL | re.IGNORECASE)
 
 
-def extract_code(text: str) -> tuple[str | None, str]:
+def extract_code(text: str, fence: str = "python") -> tuple[str | None, str]:
     """The first fenced code block (an unterminated block runs to the end of the text), and the reply
     cut right after that block (what the conversation keeps)."""
-    m = _CODE.search(text)
+    m = (_CODE_TOOL if fence == "tool_code" else _CODE).search(text)
     if not m:
         return None, text
     code = m.group("code").strip("\n")
@@ -89,6 +92,7 @@ class PhiaAgent:
     # without an answer line is, prompts.FORCE_ANSWER_MISSING); the transcript labels it a "forced_answer" step
     force_answer: bool = True
     frame_span: str = "record"  # "record" (Appendix A) or "lookback" (Appendix D's trace); see the module doc
+    code_fence: str = "python"  # ours: the prompts' code fence; "tool_code" = the paper trace's label (an option)
     sleep_recipe: str = "corrected"  # PMData sleep in the frames: "corrected" or "paper" (the prompts' recipe)
     name: str = field(default="phia", init=False)
 
@@ -100,6 +104,7 @@ class PhiaAgent:
         if self.sleep_recipe not in SLEEP_RECIPES:
             raise ValueError(f"sleep_recipe must be one of {SLEEP_RECIPES}, got {self.sleep_recipe!r}")
         prompts.check_primer(self.primer)
+        prompts.check_code_fence(self.code_fence)
         if int(self.max_iters) < 1:
             raise ValueError(f"max_iters must be >= 1, got {self.max_iters}")
 
@@ -119,6 +124,7 @@ class PhiaAgent:
                 **({"force_answer": True} if self.force_answer else {}),
                 # the paper-inconsistent choices, recorded only when not the default (records before them ran it)
                 **({"frame_span": self.frame_span} if self.frame_span != "record" else {}),
+                **({"code_fence": self.code_fence} if self.code_fence != "python" else {}),
                 **({"sleep_recipe": self.sleep_recipe} if self.sleep_recipe != "corrected" else {})}
         # the effective sandbox limits change observations (timeouts, truncation): always recorded
         from balms.sandbox import SandboxLimits
@@ -149,9 +155,10 @@ class PhiaAgent:
                                  f"{t.scale_max}" + (f" ({t.description})" if t.description else ""),
                                  units=units)
         t = tables.target
-        system = prompts.phia_system_prompt(t.scale_min, t.scale_max, self.primer)
+        system = prompts.phia_system_prompt(t.scale_min, t.scale_max, self.primer, self.code_fence)
         user = prompts.phia_user_prompt(window, frames, executor=self.executor, context=self.context,
-                                        schema=schema, cot=self.cot, primer=self.primer)
+                                        schema=schema, cot=self.cot, primer=self.primer,
+                                        frame_span=self.frame_span, fence=self.code_fence)
         return window, frames, [Message("system", system), Message("user", user)]
 
     def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
@@ -182,14 +189,14 @@ class PhiaAgent:
             with Sandbox(frames, **kwargs) as box:
                 for it in range(int(self.max_iters)):
                     comp = episode.call(msgs, params, iteration=it, log_prompt=(it == 0))
-                    code, kept = extract_code(comp.text)
+                    code, kept = extract_code(comp.text, self.code_fence)
                     if code is None:
                         p = parse_for(tables, comp.text)
                         msgs.append(Message("assistant", comp.text))
                         if p.value is not None:
                             final_text, parsed = comp.text, p
                             break
-                        nudge = prompts.phia_nudge(t.scale_min, t.scale_max)
+                        nudge = prompts.phia_nudge(t.scale_min, t.scale_max, self.code_fence)
                         episode.log("observation", nudge, status="no_action", error_type=p.error)
                         msgs.append(Message("user", nudge))
                         continue

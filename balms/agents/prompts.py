@@ -136,9 +136,25 @@ SUMMARY_SYSTEM_PROMPT = (
 PHIA_STOP = ("\n[Observe]", "\n[Observation]", "\nObservation:", "\n[Observe:", "\n```output")
 
 
-def phia_system_prompt(scale_min: int, scale_max: int, primer: str = "none") -> str:
-    example = PHIA_EXAMPLE if check_primer(primer) == "example" else ""
-    return (
+# PHIA's code fence (ours: the paper prints none of PHIA's prompts, only a trace whose [Act] blocks are marked
+# `tool_code`): "python" (default, every committed response) or "tool_code" (the trace's label, an option)
+PHIA_CODE_FENCES = ("python", "tool_code")
+
+
+def check_code_fence(fence: str) -> str:
+    if fence not in PHIA_CODE_FENCES:
+        raise ValueError(f"PHIA code_fence must be one of {PHIA_CODE_FENCES}, got {fence!r}")
+    return fence
+
+
+def _fenced(text: str, fence: str) -> str:
+    """A prompt text written with ```python fences, in the given fence."""
+    return text.replace("```python", "```" + check_code_fence(fence))
+
+
+def phia_system_prompt(scale_min: int, scale_max: int, primer: str = "none", fence: str = "python") -> str:
+    example = _fenced(PHIA_EXAMPLE, fence) if check_primer(primer) == "example" else ""
+    return _fenced(
         "You are a careful analyst of personal sensing data who answers by writing Python. "
         "You work in steps. Each step has this form:\n"
         "[Thought] what you want to find out next\n"
@@ -147,7 +163,7 @@ def phia_system_prompt(scale_min: int, scale_max: int, primer: str = "none") -> 
         "Never write the [Observe] part yourself.\n"
         "When you know enough, finish instead with:\n"
         "[Finish] your reasoning, citing the values and days you computed\n"
-        f"Answer: <int>   (one integer from {scale_min} to {scale_max})"
+        f"Answer: <int>   (one integer from {scale_min} to {scale_max})", fence
     ) + example
 
 
@@ -198,15 +214,24 @@ def phia_frames_description(frames: dict[str, pd.DataFrame], subday_unit: str,
     return "\n".join(lines)
 
 
-def phia_user_prompt(window: Window, frames: dict[str, pd.DataFrame], *, executor: str,
-                     context: bool, schema: str | None, cot: bool, primer: str = "none") -> str:
+def phia_span_line(window: Window, frame_span: str = "record") -> str:
+    """What the DataFrames hold, as the frames were built (never "full record" for look-back frames)."""
     s = window.sample
+    if frame_span == "lookback":
+        return (f"The DataFrames hold this person's look-back window: the {s.lookback} days "
+                f"{s.window_start.isoformat()} to {s.window_end.isoformat()}, ending the day before the target day.")
+    return (f"The DataFrames hold this person's full record up to {s.window_end.isoformat()}, the day "
+            f"before the target day; the most recent {s.lookback} days ({s.window_start.isoformat()} to "
+            f"{s.window_end.isoformat()}) are the look-back window of interest.")
+
+
+def phia_user_prompt(window: Window, frames: dict[str, pd.DataFrame], *, executor: str,
+                     context: bool, schema: str | None, cot: bool, primer: str = "none",
+                     frame_span: str = "record", fence: str = "python") -> str:
     parts = [
         task_line(window),
         render.render_profile(window.profile),
-        f"The DataFrames hold this person's full record up to {s.window_end.isoformat()}, the day "
-        f"before the target day; the most recent {s.lookback} days ({s.window_start.isoformat()} to "
-        f"{s.window_end.isoformat()}) are the look-back window of interest.",
+        phia_span_line(window, frame_span),
         phia_frames_description(frames, window.subday_unit, executor),
     ]
     if schema:
@@ -216,7 +241,8 @@ def phia_user_prompt(window: Window, frames: dict[str, pd.DataFrame], *, executo
     if cot:
         parts.append("Reason step by step in your [Thought]s and your [Finish], citing the values you "
                      "computed and the days they come from.")
-    parts.append(PHIA_CODE_FIRST if check_primer(primer) == "code_first" else "Begin with your first [Thought].")
+    parts.append(_fenced(PHIA_CODE_FIRST, fence) if check_primer(primer) == "code_first"
+                 else "Begin with your first [Thought].")
     return "\n".join(parts)
 
 
@@ -224,10 +250,10 @@ def phia_observation(text: str) -> str:
     return f"[Observe]\n{text}"
 
 
-def phia_nudge(scale_min: int, scale_max: int) -> str:
-    return ("Your reply had neither a ```python code block to run nor a valid final line. Either write "
-            "[Act] with one ```python block, or finish with [Finish] and "
-            f"'Answer: <int>' (an integer from {scale_min} to {scale_max}).")
+def phia_nudge(scale_min: int, scale_max: int, fence: str = "python") -> str:
+    return _fenced("Your reply had neither a ```python code block to run nor a valid final line. Either write "
+                   "[Act] with one ```python block, or finish with [Finish] and "
+                   f"'Answer: <int>' (an integer from {scale_min} to {scale_max}).", fence)
 
 
 def phia_force_finish(scale_min: int, scale_max: int) -> str:

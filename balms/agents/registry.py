@@ -78,6 +78,7 @@ _BUILTIN = (
                cost="phia", budget_role="phia_step", fixed_options={"executor": "faithful"},
                config_fields={"max_iters": "phia_max_iters", "primer": "phia_primer", "fence_stop": "phia_fence_stop",
                               "force_answer": "phia_force_answer", "frame_span": "phia_frame_span",
+                              "code_fence": "phia_code_fence",
                               "sleep_recipe": "phia_sleep_recipe"}),
     # ours (issue 26): the paper's lesson as a system; runs only where a profile or parameter names it
     SystemSpec("personal_baseline", PersonalBaselineAgent, "Personal baseline",

@@ -24,8 +24,12 @@ so that anyone can check them against the raw files:
   per-day session sums above. Undetermined by the paper: a day whose sessions all lack `steps` (NaN here).
 - `sleep_score`: sleep_score.csv `overall_score` on the date of its timestamp (the wake-up time);
   several on one date: the last one (counted as `duplicate_sleep_score`).
-- Half-hour slots: minute steps (steps.json) and sleep-stage minutes (sleep.json levels.data, all logs)
-  split at half-hour boundaries; the slot's date is its calendar date.
+- Half-hour slots (RAPTOR's leaves, PHIA's sub-day frame): minute steps (steps.json, summed), sleep-stage minutes
+  (sleep.json levels.data, all logs, split at half-hour boundaries), and, where the release's files are present,
+  heart rate (heart_rate.json, `{"dateTime", "value": {"bpm", "confidence"}}` samples, mean bpm of the half hour)
+  and calories (calories.json, `{"dateTime", "value"}` per minute, summed); the slot's date is its calendar date.
+  A user without one of the minute files is counted (`users_without_<file>`) and named in `notes`; the heart rate
+  and calories channels exist only when some user has the file (a copy without them keeps its earlier leaves).
 """
 
 from __future__ import annotations
@@ -85,6 +89,18 @@ SUBDAY_CHANNELS = [
     Channel("rem_minutes", "REM sleep", "minutes", "wearable", "", 1),
     Channel("awake_minutes", "Minutes awake in bed", "minutes", "wearable", "wake/awake/restless stage minutes", 1),
 ]
+# sub-day channels from the release's minute files, present only when some user has the file
+MINUTE_SUBDAY_CHANNELS = [
+    Channel("heart_rate", "Heart rate", "bpm", "wearable", "mean of the heart_rate.json samples in the half hour", 1),
+    Channel("calories_slot", "Calories burned", "kcal", "wearable", "calories.json minutes summed over the half hour",
+            1),
+]
+# file -> (sub-day channel, how its samples make a half hour, how a sample's value is read)
+MINUTE_FILES = {
+    "steps.json": ("steps", "sum", None),
+    "heart_rate.json": ("heart_rate", "mean", "bpm"),
+    "calories.json": ("calories_slot", "sum", None),
+}
 
 WELLNESS_COLUMNS = [
     "effective_time_frame", "fatigue", "mood", "readiness", "sleep_duration_h",
@@ -299,6 +315,37 @@ def _stage_slots(stages: pd.DataFrame) -> pd.DataFrame:
     return out.rename_axis("slot_start").reset_index()
 
 
+def _minute_samples(path: Path, inner: str | None = None) -> tuple[pd.DataFrame, int]:
+    """A release minute file as (t, v) rows: `value` itself, or its `inner` field (heart_rate.json's `bpm`).
+    Identical repeated rows are dropped and counted; conflicting values for one timestamp are an error."""
+    rec = _read_json(path)
+    _require_keys(rec, path, ("dateTime", "value"))
+    t = _dates(pd.Series([r["dateTime"] for r in rec], dtype=object), path, "dateTime", "%Y-%m-%d %H:%M:%S")
+    if inner is None:
+        raw = [r["value"] for r in rec]
+    else:
+        bad = next((i for i, r in enumerate(rec) if not isinstance(r["value"], dict) or inner not in r["value"]), None)
+        if bad is not None:
+            raise DataError(path, f"expected an object with {inner!r} as value", field="value", row=bad)
+        raw = [r["value"][inner] for r in rec]
+    v = _numeric(pd.Series(raw, dtype=object), path, "value" if inner is None else f"value.{inner}")
+    df = pd.DataFrame({"t": t, "v": v})
+    exact = df.duplicated()
+    n_exact = int(exact.sum())
+    df = df[~exact]
+    dup = df["t"].duplicated()
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise DataError(path, f"duplicate time {df['t'].iloc[i]} with conflicting values", field="dateTime", row=i)
+    return df, n_exact
+
+
+def _half_hours(df: pd.DataFrame, name: str, how: str) -> pd.DataFrame:
+    """(t, v) samples aggregated to half-hour slots: one row per slot_start with column `name`."""
+    return (df.groupby(df["t"].dt.floor("30min"))["v"].agg(how).rename(name).rename_axis("slot_start")
+            .reset_index())
+
+
 def _minute_steps(path: Path) -> tuple[pd.Series, pd.DataFrame, int]:
     rec = _read_json(path)
     _require_keys(rec, path, ("dateTime", "value"))
@@ -353,6 +400,16 @@ def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
     if (fit / "steps.json").exists():  # minute-level steps only for some participants
         cols["steps_total"], step_slots, n_rep = _minute_steps(fit / "steps.json")
         missing["repeated_minute_steps"] = missing.get("repeated_minute_steps", 0) + n_rep
+    minute_slots = []
+    for fname, (name, how, inner) in MINUTE_FILES.items():
+        p = fit / fname
+        if not p.exists():
+            missing[f"minute:{fname}"] = missing.get(f"minute:{fname}", 0) + 1
+            notes.append(f"{user}: {fname} absent; no {name} leaves for this user")
+        elif fname != "steps.json":  # steps: read above (they also give steps_total)
+            samples, n_rep = _minute_samples(p, inner)
+            missing[f"repeated_{fname}"] = missing.get(f"repeated_{fname}", 0) + n_rep
+            minute_slots.append(_half_hours(samples, name, how))
     daily = pd.DataFrame(cols)
     daily = daily.reindex(columns=[c.name for c in CHANNELS])
     daily.index.name = "date"
@@ -360,6 +417,7 @@ def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
     parts = [_stage_slots(stages)]
     if step_slots is not None:
         parts.append(step_slots)
+    parts += minute_slots
     nonempty = [p.set_index("slot_start") for p in parts if len(p)]
     sub = pd.concat(nonempty, axis=1, sort=True) if nonempty else None
     if sub is not None:
@@ -417,21 +475,30 @@ def load_pmdata(raw_dir: Path, *, source: str = "real") -> DatasetTables:
         w = w[~dup]
         label_parts.append(pd.DataFrame({"user": user, "date": w["date"].to_numpy(), "label": w["stress"].to_numpy()}))
         ctx_parts.append(w[["date", *[c.name for c in CONTEXT_CHANNELS]]].assign(user=user))
-    missing_files = {k: v for k, v in dropped.items() if k.endswith((".json", ".csv"))}
+    missing_files = {k: v for k, v in dropped.items() if k.endswith((".json", ".csv")) and ":" not in k
+                     and not k.startswith("repeated_")}
     dropped = {k: v for k, v in dropped.items() if k not in missing_files}
     for k, v in missing_files.items():
         dropped[f"users_without_{k}"] = v
+    # the minute files (sub-day leaves): counted in the notes and subday_leaf_files, not as dropped samples
+    minute_missing = {k.split(":", 1)[1]: dropped.pop(k) for k in [k for k in dropped if k.startswith("minute:")]}
+    for k in [k for k in dropped if k.startswith("repeated_") and k != "repeated_minute_steps" and not dropped[k]]:
+        dropped.pop(k)
     daily = pd.concat(daily_parts, ignore_index=True).set_index(["user", "date"]).sort_index()
     daily = daily.dropna(how="all")
     labels = pd.concat(label_parts, ignore_index=True).sort_values(["user", "date"]).reset_index(drop=True)
     context = pd.concat(ctx_parts, ignore_index=True).set_index(["user", "date"]).sort_index()
+    n_users = len(udirs)
+    subday_channels = list(SUBDAY_CHANNELS) + [
+        c for c in MINUTE_SUBDAY_CHANNELS
+        if minute_missing.get(next(f for f, spec in MINUTE_FILES.items() if spec[0] == c.name), 0) < n_users]
     subday = None
     if sub_parts:
         sd = pd.concat(sub_parts, ignore_index=True)
         sd["date"] = sd["slot_start"].dt.normalize()
         sd["slot"] = sd["slot_start"].dt.strftime("%H:%M")
         sd["slot_index"] = (sd["slot_start"].dt.hour * 2 + sd["slot_start"].dt.minute // 30).astype(int)
-        names = [c.name for c in SUBDAY_CHANNELS]
+        names = [c.name for c in subday_channels]
         sd = sd.reindex(columns=["user", "date", "slot", "slot_index", *names])
         subday = sd.sort_values(["user", "date", "slot_index"]).reset_index(drop=True)
     users_known = set(profiles.index)
@@ -449,9 +516,29 @@ def load_pmdata(raw_dir: Path, *, source: str = "real") -> DatasetTables:
         context=context,
         context_channels=list(CONTEXT_CHANNELS),
         subday=subday,
-        subday_channels=list(SUBDAY_CHANNELS),
+        subday_channels=subday_channels,
         subday_unit="half-hour slot",
         dropped=dropped,
         raw_dir=str(raw_dir),
         notes=notes,
     )
+
+
+def subday_leaf_table(tables: DatasetTables) -> pd.DataFrame:
+    """RAPTOR's leaves per user (half-hour slots with any value) and per sub-day channel (slots with a value of
+    it), every channel the release
+    can give (a channel absent from this copy counts 0), and the release's minute files each user's folder lacks
+    (read from `tables.raw_dir`), so a copy without them says so."""
+    chans = [*SUBDAY_CHANNELS, *MINUTE_SUBDAY_CHANNELS]
+    sd = tables.subday if tables.subday is not None else pd.DataFrame(columns=["user"])
+    users = sorted(set(tables.daily.index.get_level_values("user")) | set(sd["user"]))
+    rows = []
+    for u in users:
+        mine = sd[sd["user"] == u]
+        have = [c.name for c in chans if c.name in mine]
+        row = {"user": u, "leaves": int(mine[have].notna().any(axis=1).sum()) if have else 0,
+               **{c.name: int(mine[c.name].notna().sum()) if c.name in mine else 0 for c in chans}}
+        fit = Path(tables.raw_dir) / u / "fitbit"
+        row["minute files absent"] = ", ".join(f for f in MINUTE_FILES if not (fit / f).exists()) or "-"
+        rows.append(row)
+    return pd.DataFrame(rows)

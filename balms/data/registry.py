@@ -79,7 +79,7 @@ class DatasetSpec:
 _BUILTIN = (
     DatasetSpec("diversityone", "DiversityOne", "balms.data.diversityone:load_diversityone", (1, 5), 7,
                 prompt=PromptTarget("mood", "Mood", "mood"),
-                judge_target="evening mood (1 = very good, 5 = very bad)",
+                judge_target="evening mood (1 = very bad, 5 = very good)",  # the reader's recoded scale
                 synthetic="balms.data.synthetic_diversityone:write_diversityone", synthetic_size=(12, 28),
                 synthetic_stream=2, paper_n_samples=1355, paper_mean_predictor_mae=0.58),
     DatasetSpec("pmdata", "PMData", "balms.data.pmdata:load_pmdata", (1, 5), 14,

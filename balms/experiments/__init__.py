@@ -44,6 +44,7 @@ from balms.experiments.summaries import (
                                     PAPER_JUDGE_DATASETS,
                                     PAPER_JUDGE_SYSTEMS,
                                     PAPER_SYSTEM_NAMES,
+                                    number_caption,
                                     paper_mean_predictor,
                                     paper_points,
                                     summarize,
@@ -55,7 +56,8 @@ __all__ = ["Cell", "CellDecl", "cells_for", "channel_sets", "declared_cells", "r
            "PAPER_JUDGE_SYSTEMS", "PAPER_SYSTEM_NAMES", "agent_options", "aggregate_judgements", "cohort",
            "from_notebook", "grid_result", "ground_grid", "horizon_grid", "judge_case_study", "judge_grid",
            "judge_vs_grounding", "load", "make_cell", "paper_points",
-           "mean_predictor_rows", "models_run", "phia_executor_grid", "run_cell", "run_cell_spec", "run_grid",
+           "mean_predictor_rows", "models_run", "number_caption", "phia_executor_grid", "run_cell", "run_cell_spec",
+           "run_grid",
            "paper_mean_predictor", "summarize", "table3_paper_vs_ours", "with_lookback"]
 
 # In a Jupyter kernel without ipywidgets, tqdm.auto (imported later by sentence-transformers) warns "IProgress not

@@ -37,7 +37,7 @@ def _judge_backend(cfg: ExperimentConfig, judge_model: str):
 def _judge_options(cfg: ExperimentConfig) -> dict:
     """The profile's judge settings as `judge_rationale` keywords (the same for the grid and the case study)."""
     return dict(max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify, mode=cfg.judge_mode,
-                grounding_hint=cfg.judge_grounding_hint)
+                grounding_hint=cfg.judge_grounding_hint, window=cfg.judge_window)
 
 
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,
@@ -110,7 +110,7 @@ def judge_case_study(cfg: ExperimentConfig, *, judge_model: str | None = None) -
     for it in case_study_items():
         res = judge_rationale(judge, window_text=it["window_text"], gold=it["gold"], predicted=it["predicted"],
                               rationale=it["rationale"], scale=it["scale"], target=it["target"], window=it["window"],
-                              **_judge_options(cfg))
+                              **{k: v for k, v in _judge_options(cfg).items() if k != "window"})  # D.1's own window
         rows.append({"rationale": it["name"], "paper_wrong_day_claims": it["paper_wrong_day"],
                      "judge_model": judge_model, "judge_mode": res.mode, "judge_status": res.status,
                      **{d: (float(res.tier2[d]) if res.tier2.get(d) is not None else float("nan"))

@@ -19,8 +19,9 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
               n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per cell: n, MAE with a participant-bootstrap 95% CI, parse failures, mode collapse, cost.
 
-    Parse failures are excluded from MAE (the paper's convention as we read it) and always reported beside it;
-    errors (no answer: `n_errors`) are counted apart, never as parse failures;
+    Both MAE conventions side by side (docs/scoring.md): `mae` leaves parse failures out, `mae_scored` scores
+    each as the answer 0 (the rule the paper's printed numbers allow); out-of-range answers are parse failures,
+    counted in `n_out_of_range`; errors (no answer: `n_errors`) are counted apart, never as parse failures;
     `mae_worst` charges each failure the worst possible error on the scale, `mae_mean_fill` the mean
     predictor's. With `cfg`, each cell is also compared with the mean predictor on the same samples
     (paired difference with a participant-bootstrap CI).
@@ -73,6 +74,8 @@ class _SystemLabels(Mapping):
 
 
 PAPER_SYSTEM_NAMES: Mapping[str, str] = _SystemLabels()
+# ExperimentConfig.scoring -> the suffix of the Table 3 column it compares with the paper
+_SCORED_SUFFIX = {"exclude": "", "fill": " scored"}
 # The paper's judge scope (Figure 4, Table 6): GLOBEM rationales of three systems
 PAPER_JUDGE_DATASETS = ("globem",)
 PAPER_JUDGE_SYSTEMS = ("healthllm", "rag", "phia")
@@ -99,12 +102,15 @@ def paper_points(datasets, systems, *, cot: bool = False) -> dict[tuple[str, str
                      if col(d) in paper else []) for d in datasets for s in systems}
 
 
-def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot: bool) -> pd.DataFrame:
+def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot: bool,
+                         scoring: str = "exclude") -> pd.DataFrame:
     """Table 3 layout: one row per (dataset, system); a column group per backbone.
 
     Each of the paper's backbones gets `paper <b>`, then, where we ran that backbone (paper profile),
-    `ours <b>`, its CI, parse-failure rate, error count (samples with no answer, apart from parse failures) and
-    `diff <b>` (ours minus the paper's same cell) right beside it, then
+    `ours <b>` (parse failures excluded) with its CI, `ours <b> scored` (failures scored as the answer 0,
+    docs/scoring.md), parse-failure rate, out-of-range answers among them, error count (samples with no answer,
+    apart from parse failures) and `diff <b>` (ours minus the paper's same cell, ours under `scoring`: the
+    profile's convention) right beside it, then
     ours minus the mean predictor on the same target days with its participant-bootstrap interval, and n parsed.
     Our models that are not paper backbones (the embedded CPU models) follow, then the mean predictors.
     """
@@ -129,10 +135,12 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
                 r = ours_of.get(b)
                 row[f"ours {b}"] = r.mae if r is not None else np.nan
                 row[f"ours {b} CI"] = f"[{r.mae_ci_low:.2f}, {r.mae_ci_high:.2f}]" if r is not None else ""
+                row[f"ours {b} scored"] = getattr(r, "mae_scored", np.nan) if r is not None else np.nan
                 row[f"ours {b} parse fail"] = r.parse_failure_rate if r is not None else np.nan
+                row[f"ours {b} out of range"] = int(getattr(r, "n_out_of_range", 0)) if r is not None else 0
                 row[f"ours {b} errors"] = int(getattr(r, "n_errors", 0)) if r is not None else 0
                 if b in paper_backbones:
-                    row[f"diff {b}"] = row[f"ours {b}"] - row[f"paper {b}"]
+                    row[f"diff {b}"] = row[f"ours {b}{_SCORED_SUFFIX[scoring]}"] - row[f"paper {b}"]
                 # ours against the mean predictor on the same target days, participant-bootstrap interval
                 ok = r is not None and np.isfinite(r.diff_vs_mean_ci_low) and np.isfinite(r.diff_vs_mean_ci_high)
                 row[f"ours {b} minus mean predictor"] = r.diff_vs_mean if r is not None else np.nan
@@ -146,3 +154,27 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
         row["source"] = ";".join(sorted(set(g["source"])))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+SCORING_TEXT = {"exclude": "MAE with parse failures excluded (scored MAE, failures as the answer 0, beside it)",
+                "fill": "MAE with parse failures scored as the answer 0 (the paper's, docs/scoring.md; "
+                        "exclusion MAE beside it)"}
+
+
+def number_caption(summary: pd.DataFrame, cfg: ExperimentConfig, records: pd.DataFrame | None = None) -> str:
+    """What changes a table's numbers, for its caption: the look-back per dataset (the paper's beside it when it
+    differs; from `records` when the summary is not split by look-back), the samples per cell and the MAE
+    convention compared with the paper."""
+    from balms.data.registry import get_dataset
+
+    parts = []
+    src = records if records is not None else summary
+    if {"dataset", "lookback"} <= set(src.columns) and len(src):
+        for d, g in src.groupby("dataset", sort=False):
+            lbs = sorted({int(v) for v in g["lookback"].dropna()})
+            paper = get_dataset(d).default_lookback
+            shown = "/".join(map(str, lbs))
+            parts.append(f"{d} {shown} d" + ("" if lbs == [paper] else f" (paper {paper} d)"))
+    n = f"n per cell {int(summary['n'].min())}-{int(summary['n'].max())}" if "n" in summary and len(summary) else ""
+    return "; ".join(p for p in ["look-back " + ", ".join(parts) if parts else "", n, SCORING_TEXT[cfg.scoring]]
+                     if p)

@@ -319,12 +319,25 @@ def judge_rationale(
 WindowSource = Callable[[Any], Any] | Mapping[str, Any]
 
 
-def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
+# What the judge is shown as its input (1): "agent" = the view the record's agent had (RAG's retrieved days and query
+# day, RAPTOR's records, PHIA's frames; ours, the demo's); "lookback" = the paper's Appendix D: "per-feature arrays
+# over the look-back window", the same for every system (the paper profile)
+JUDGE_WINDOWS = ("agent", "lookback")
+
+
+def check_judge_window(view: str) -> str:
+    if view not in JUDGE_WINDOWS:
+        raise ValueError(f"judge window must be one of {JUDGE_WINDOWS}, got {view!r}")
+    return view
+
+
+def window_for_record(tables_by_dataset: Mapping[str, Any], rec, view: str = "agent"):
     """Rebuild the Window a record's agent saw: same sample (window ends the day before the target day
     unless the record's options say `include_target_day`), and the channel and context resolution the
-    agents use (`balms.data.channels`), then the view the record's options describe (`agent_view`: RAG's
-    retrieved days + query day, RAPTOR's retrieved records + query day, PHIA's full-record frames), so the
-    judge sees exactly what the agent's prompt held."""
+    agents use (`balms.data.channels`), then, with `view="agent"`, the view the record's options describe
+    (`agent_view`: RAG's retrieved days + query day, RAPTOR's retrieved records + query day, PHIA's full-record
+    frames), so the judge sees exactly what the agent's prompt held; with `view="lookback"` the look-back window
+    itself (the paper's judge input)."""
     import datetime as dt
 
     from balms.data.channels import agent_view, get_window, option_channels, prompt_channels
@@ -344,45 +357,51 @@ def window_for_record(tables_by_dataset: Mapping[str, Any], rec):
     else:  # PHIA and older records: the option as recorded, under the style recorded (none = corrected)
         chans = prompt_channels(t, option_channels(rec.options.get("channels")), rec.options.get("style", "corrected"))
     window = get_window(t, sample, context=rec.options.get("context", True), channels=chans)
-    return agent_view(t, window, rec.options)
+    return window if check_judge_window(view) == "lookback" else agent_view(t, window, rec.options)
 
 
-def judge_window_text(window, rec) -> str:
-    """The judge's input (1) for a record: the data lines of the prompt its agent was given, rendered by the code
-    that rendered that prompt (`balms.data.agent_input`) from the view `window_for_record` rebuilt."""
+def judge_window_text(window, rec, view: str = "agent") -> str:
+    """The judge's input (1) for a record: with `view="agent"` the data lines of the prompt its agent was given,
+    rendered by the code that rendered that prompt (`balms.data.agent_input`) from the view `window_for_record`
+    rebuilt; with `view="lookback"` the look-back window as the paper's template renders it (profile, one
+    per-feature array per channel, the same-day self-report), whatever the system."""
     from balms.data.agent_input import input_text
 
+    if check_judge_window(view) == "lookback":
+        return input_text(window, {"style": "paper"})
     return input_text(window, rec.options)
 
 
-def _window_for(record, source):
+def _window_for(record, source, view: str = "agent"):
+    """The record's window from `source` (tables: rebuilt under `view`; a callable or mapping: as given)."""
     from balms.data.schema import DatasetTables
 
     if isinstance(source, DatasetTables):
-        return window_for_record({source.name: source}, record)
+        return window_for_record({source.name: source}, record, view)
     if callable(source):
         return source(record)
     if source and all(isinstance(v, DatasetTables) for v in source.values()):
-        return window_for_record(source, record)
+        return window_for_record(source, record, view)
     if record.sample_id not in source:
         raise KeyError(f"no window for sample {record.sample_id!r} in the window mapping")
     return source[record.sample_id]
 
 
-def judge_record(rec, tables_or_window_fn, backend: Backend, **kwargs) -> JudgeResult:
+def judge_record(rec, tables_or_window_fn, backend: Backend, *, window: str = "agent", **kwargs) -> JudgeResult:
     """Judge one record's rationale against the window its agent saw. `tables_or_window_fn` is one of: a
     DatasetTables or a mapping dataset -> DatasetTables (windows rebuilt by `window_for_record`); a callable
     `record -> Window | str`; a mapping sample_id -> Window | str (text is used as given; the target and scale then
     come from the dataset's spec, `judge_target` and `scale`). The one path from a record to a judge request
     (notebook 07 and `balms judge run`).
+    `window`: the judge's input (1), JUDGE_WINDOWS ("agent": the agent's own view; "lookback": the paper's).
     """
     from balms.data.schema import Window
     from balms.records import PredictionRecord
 
     rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
-    win = _window_for(rec, tables_or_window_fn)
+    win = _window_for(rec, tables_or_window_fn, window)
     if isinstance(win, Window):
-        text = judge_window_text(win, rec)
+        text = judge_window_text(win, rec, window)
         target, scale = win.target.label, (win.target.scale_min, win.target.scale_max)
     elif isinstance(win, str):
         from balms.data.registry import dataset_names, get_dataset
@@ -409,14 +428,16 @@ def judge_records(records: Iterable, tables_or_window_fn, backend: Backend, **kw
 
 
 def verdict_key(*, judge_model: str, model_id: str, justify: bool, max_tokens: int, mode: str,
-                grounding_hint: bool) -> str:
-    """A stored verdict is reused only when judge model, mode, grounding hint, budget and judge code are unchanged."""
+                grounding_hint: bool, window: str = "agent") -> str:
+    """A stored verdict is reused only when judge model, mode, grounding hint, budget, the judge's window and judge
+    code are unchanged (the window enters the key only when not the agent's view: earlier keys stay valid)."""
     from balms.cellspec import digest, judge_code_fingerprint
     from balms.models.registry import backend_module
 
     code = judge_code_fingerprint(backend_module(judge_model))
     return digest({"judge_model": judge_model, "model_id": model_id, "justify": justify, "max_tokens": max_tokens,
-                   "mode": mode, "grounding_hint": grounding_hint, "code": code})
+                   "mode": mode, "grounding_hint": grounding_hint, "code": code,
+                   **({"window": check_judge_window(window)} if window != "agent" else {})})
 
 
 def _read_verdicts(path, key: str, retry_errors: bool = True) -> dict[str, dict]:
