@@ -32,6 +32,7 @@ PROBE = r"""
 import json, sys, time
 import llama_cpp
 from balms.cellspec import CellSpec
+from balms.experiments.cohorts import cohort
 from balms.experiments.grid import cell_from_spec
 from balms.models.registry import get_backend
 
@@ -43,7 +44,7 @@ for job in jobs:
     by_id = {s.sample_id: s for s in cell.samples}
     for sid in job["sample_ids"]:
         t = time.perf_counter()
-        rec = cell.agent.predict(by_id[sid], cell.tables, backend)
+        rec = cell.agent.predict(by_id[sid], cohort(cell.spec.dataset).tables, backend)
         out.append({"sample_id": sid, "cell": job["stem"], "raw_answer": rec.raw_answer, "rationale": rec.rationale,
                     "prediction": rec.prediction, "s": time.perf_counter() - t})
 print(json.dumps({"module": llama_cpp.__file__, "system_info": llama_cpp.llama_print_system_info().decode().strip(),
