@@ -180,7 +180,7 @@ class _Worker:
         os.close(req_r)
         os.close(resp_w)
         self.mechanisms: dict | None = None
-        self.assessed = False  # its mechanisms checked against REQUIRED by the Sandbox that uses it
+        self.assessed: dict | None = None  # its mechanisms as checked against REQUIRED by the Sandbox that uses it
         self.started = time.monotonic()
         self.send(cfg)
 
@@ -378,15 +378,15 @@ class Sandbox:
             else:  # none, or still queued behind other starts: start it here, now
                 self._spawn()
         w = self._worker
-        if not w.assessed:
+        if w.assessed is None:
             mech = dict(w.mechanisms if w.mechanisms is not None else w.wait_ready(self.limits.startup_s))
-            w.assessed = True
             applied, missing = assess(mech)
             mech.update(applied=applied, missing=missing, degraded=any(m in missing for m in REQUIRED))
-            self.mechanisms = mech
+            w.assessed = mech
             if mech["degraded"]:
                 if not self.allow_degraded:
                     self._discard_worker()
+                    self.mechanisms = mech  # what refused this sandbox's code
                     raise SandboxUnavailable(refusal_message(mech), mech)
                 if not self._warned:
                     self._warned = True
@@ -432,6 +432,9 @@ class Sandbox:
             raise TypeError("code must be a str")
         self._block += 1
         w = self._ready_worker()
+        # the workers that ran code, only: the process's first Sandbox checks one before any block and later ones
+        # do not, so a record of an episode that ran no code must not depend on which Sandbox came first
+        self.mechanisms = w.assessed
         t0 = time.monotonic()
         lim = self.limits
         resp, failure = None, None
