@@ -48,13 +48,18 @@ class DamagedStoreError(sqlite3.DatabaseError):
         self.path = path
 
 
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    """'file is not a database', 'database disk image is malformed'; not locked, busy or read-only."""
+    return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc)
+
+
 def _damage_named(path: Path, fn: Callable[[], T]) -> T:
-    """`fn()`, with SQLite's 'file is not a database' / 'malformed' errors naming the file (other errors as are)."""
+    """`fn()`, with SQLite's damage errors naming the file (other errors as they are)."""
     try:
         return fn()
     except sqlite3.DatabaseError as exc:
-        if isinstance(exc, sqlite3.OperationalError) and "malformed" not in str(exc):
-            raise  # locked, busy, read-only: not damage
+        if not _is_damage(exc):
+            raise
         raise DamagedStoreError(path, exc) from exc
 
 
@@ -124,6 +129,10 @@ class Readers:
                    if make else self._idle.get())
         try:
             yield con
+        except sqlite3.DatabaseError as exc:  # a page damaged after the file opened: named, with what to do
+            if not _is_damage(exc):
+                raise
+            raise DamagedStoreError(Path(self.path), exc) from exc
         finally:
             self._idle.put(con)
 

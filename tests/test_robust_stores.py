@@ -71,3 +71,23 @@ def test_a_damaged_sqlite_store_is_named_with_what_to_do(tmp_path, store):
     path.write_bytes(b"not a database, a damaged file " * 200)
     with pytest.raises(DamagedStoreError, match=rf"{path}: damaged, SQLite cannot read it .*Move it aside"):
         store(path)
+
+
+def test_a_page_damaged_after_the_store_opened_is_named_on_read(tmp_path):
+    """Damage SQLite meets only when it reads the page (the header is intact, the file opens) is named too."""
+    path = tmp_path / "raptor_summaries.sqlite"
+    writer = SummaryCache(path)
+    keys = [("pmdata", "p01", f"2019-11-{i:03d}", "m", "sha") for i in range(400)]
+    for k in keys:
+        writer.put(k, "a summary of the day " * 10, {"prompt_tokens": 1, "completion_tokens": 1, "latency_s": 0.1})
+    writer._con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    reader = SummaryCache(path)  # opens: schema and header are fine
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 4 * page
+    data[3 * page: 4 * page] = b"\xff" * page  # one data page overwritten
+    path.write_bytes(bytes(data))
+    with pytest.raises(DamagedStoreError, match=rf"{path}: damaged, SQLite cannot read it \(database disk image is "
+                                                r"malformed\)"):
+        for k in keys:
+            reader.get(k)
