@@ -56,3 +56,4 @@ def test_an_empty_file_is_named_with_what_was_expected(pm_link, rel, expected):
     _replace(pm_link / "p01" / rel, "")
     with pytest.raises(DataError, match=rf"p01/{rel}: empty file: {expected}".replace("[", r"\[")):
         load_pmdata(pm_link)
+

@@ -91,3 +91,19 @@ def test_a_page_damaged_after_the_store_opened_is_named_on_read(tmp_path):
                                                 r"malformed\)"):
         for k in keys:
             reader.get(k)
+
+
+def test_the_cli_names_a_damaged_store_without_a_traceback(tmp_path, monkeypatch, capsys):
+    """Any command that meets a damaged store (or a damaged run file) ends with the message alone, exit 2."""
+    import sqlite3
+
+    import balms.data.summary as summary
+    from balms import cli
+
+    def damaged(*a, **kw):
+        raise DamagedStoreError(tmp_path / "responses.sqlite", sqlite3.DatabaseError("file is not a database"))
+
+    monkeypatch.setattr(summary, "dataset_summary", damaged)
+    assert cli.main(["data", "summary", "--dataset", "pmdata"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"balms data: {tmp_path / 'responses.sqlite'}: damaged") and "Traceback" not in err
