@@ -156,6 +156,9 @@ $(EXEC_DIR)/%.ipynb: notebooks/%.py notebooks/%.ipynb profiles/$(PROFILE).yaml $
 
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
 	@test -n "$(NB)" || (echo "usage: make notebook NB=01_prediction" && exit 2)
+	@test -f notebooks/$(NB).py || (echo "make notebook: no notebooks/$(NB).py" && exit 2)
+	@# the profile and P are validated before the executed notebook is deleted (a bad P leaves it as it was)
+	@$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$(NB).py --set "$$BALMS_P" --out /dev/null
 	rm -f $(EXEC_DIR)/$(NB).ipynb
 	$(MAKE) --no-print-directory $(EXEC_DIR)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)'
 

@@ -44,8 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from balms.data.schema import DataError
+    from balms.stores import DamagedStoreError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (DataError, DamagedStoreError) as exc:  # damaged input or store: the message names it, no traceback
+        print(f"balms {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Append-only JSONL stores (run files, judge verdicts): read back line by line, and repaired on resume.
 
-A process killed mid-write leaves a last line without its newline (or garbled); appending after it would glue the
-next line onto the fragment and make both unreadable. So a writer that resumes a store first truncates such a tail
-and says so (a `TornTailWarning` naming the file and the bytes dropped); a reader only skips it. A bad line
-anywhere else is not a crash artefact: it is a clear error naming the file and the line.
+Every line is written whole with its newline in one write, so a process killed mid-write leaves exactly one kind of
+damage: a last line without its newline. Appending after it would glue the next line onto the fragment, so a writer
+that resumes a store first truncates that tail and says so (a `TornTailWarning` naming the file and the bytes
+dropped); a reader only skips it. Any other bad line (a garbled line anywhere, or a complete line that fails
+validation, even the last) is not a crash artefact but damage: an error naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -23,27 +24,39 @@ class TornTailWarning(UserWarning):
     """A store's torn last line was truncated before appending to it."""
 
 
+def _problem(exc: ValueError) -> tuple[str | None, str]:
+    """(field, what is wrong) of a parse failure: pydantic names the field, json only the position."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        loc = ".".join(map(str, first.get("loc", ()))) or None
+        more = f" (and {len(errors()) - 1} more)" if len(errors()) > 1 else ""
+        return loc, f"{first.get('msg')}{more}"
+    return None, str(exc)[:300]
+
+
 def scan_jsonl(path: Path, parse: Callable[[bytes], T], what: str = "JSON line") -> tuple[list[T], int, bool]:
-    """Parse every line of `path`: (items, byte length of the intact prefix, whether the tail is torn)."""
+    """Parse every line of `path`: (items, byte length of the intact prefix, whether the last line is torn).
+    Only an unterminated last line is torn; any other line that does not parse is a DataError naming it."""
     data = Path(path).read_bytes()
     items: list[T] = []
-    good_end = pos = line_no = 0
+    pos = line_no = 0
     while pos < len(data):
         nl = data.find(b"\n", pos)
         line_no += 1
         if nl == -1:  # no newline: the process died mid-write
-            return items, good_end, True
+            return items, pos, True
         line = data[pos:nl]
         if line.strip():
             try:
                 items.append(parse(line))
             except ValueError as exc:
-                if not data[nl + 1:].strip():
-                    return items, good_end, True  # a garbled final line: treat as torn
-                raise DataError(path, f"not a valid {what}: {str(exc)[:300]}", row=line_no) from exc
+                field, problem = _problem(exc)
+                raise DataError(path, f"not a valid {what}: {problem}. Not a torn write (the line is complete): "
+                                f"the file is damaged; restore it, or remove the line to re-run its sample",
+                                row=line_no, field=field) from exc
         pos = nl + 1
-        good_end = pos
-    return items, good_end, False
+    return items, pos, False
 
 
 def recover_jsonl(path: Path, parse: Callable[[bytes], T], what: str = "JSON line") -> list[T]:

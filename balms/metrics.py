@@ -80,6 +80,12 @@ def _answered(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] != "error"]
 
 
+def answered(records) -> pd.DataFrame:
+    """The answered records of any records or frame: what latency and token means are taken over (an error's
+    0 s and 0 tokens are no measurement; errors are counted apart, `status_counts`)."""
+    return _answered(records_frame(records))
+
+
 def _scales(df: pd.DataFrame, scale: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
     if scale is not None:
         return np.full(len(df), scale[0], float), np.full(len(df), scale[1], float)

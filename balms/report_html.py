@@ -141,14 +141,16 @@ def _mean(values) -> float | None:
 def run_summary(recs: list[dict]) -> dict:
     """What a reader needs first about a run, computed as the tables compute it (balms.metrics): MAE over
     parsed predictions with its participant-bootstrap 95% CI, the parse-failure rate (of the answered samples:
-    harness errors are counted apart, as in the tables), the modal answer and its share, mean latency and tokens."""
+    harness errors are counted apart, as in the tables), the modal answer and its share, mean latency and tokens
+    (over the records that answered)."""
+    timed = [r for r in recs if not r.get("error")]  # an error's 0 s and 0 tokens are no measurement
     out = {"n": len(recs), "n_harness_errors": sum(bool(r.get("error")) for r in recs),
            "n_users": len({r.get("user") for r in recs}), "mae": None, "ci_low": None, "ci_high": None,
            "n_parsed": sum(r.get("prediction") is not None for r in recs), "parse_failure_rate": None,
            "modal_label": None, "mode_rate": None,
-           "latency_s": _mean(r.get("latency_s") for r in recs), "n_steps": _mean(r.get("n_steps") for r in recs),
-           "prompt_tokens": _mean(r.get("prompt_tokens") for r in recs),
-           "completion_tokens": _mean(r.get("completion_tokens") for r in recs)}
+           "latency_s": _mean(r.get("latency_s") for r in timed), "n_steps": _mean(r.get("n_steps") for r in timed),
+           "prompt_tokens": _mean(r.get("prompt_tokens") for r in timed),
+           "completion_tokens": _mean(r.get("completion_tokens") for r in timed)}
     rows = [{k: r.get(k) for k in ("sample_id", "user", "label", "prediction", "error")} for r in recs]
     try:
         ci = metrics.mae_ci(rows)

@@ -21,6 +21,21 @@ def _parse_option(text: str):
         return k, v
 
 
+def _at_least(low: int):
+    """An argparse type: an integer >= `low`, refused before anything runs."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
+        return v
+    return parse
+
+
 def _spec_of(path: str):
     """A CellSpec from a run manifest (its `cell`) or a spec's own JSON."""
     from pathlib import Path
@@ -116,10 +131,10 @@ def register(sub) -> None:
     p.add_argument("--system", choices=system_names())
     p.add_argument("--model", help="registry name (balms models list)")
     p.add_argument("--cot", action="store_true", help="chain-of-thought variant")
-    p.add_argument("--n", type=int, default=None, help="evaluation samples (0 = all test samples)")
-    p.add_argument("--lookback", type=int, default=None)
+    p.add_argument("--n", type=_at_least(0), default=None, help="evaluation samples (0 = all test samples)")
+    p.add_argument("--lookback", type=_at_least(1), default=None)
     p.add_argument("--option", action="append", default=[], help="agent option key=value (JSON values allowed)")
-    p.add_argument("--max-iters", type=int, default=None, help="PHIA iteration budget")
+    p.add_argument("--max-iters", type=_at_least(1), default=None, help="PHIA iteration budget")
     p.add_argument("--config", default="demo", help="profile whose budgets to use (profiles/<name>.yaml)")
     p.add_argument("--profile", default=None, help="runs/<profile>/ folder for the records (default: cli; with "
                    "--notebooks the --config profile's own, where its notebooks read them)")
@@ -128,7 +143,7 @@ def register(sub) -> None:
     p.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P), with --notebooks")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--cache-mode", default=None, choices=["rw", "replay", "off"])
-    p.add_argument("--concurrency", type=int, default=None)
+    p.add_argument("--concurrency", type=_at_least(1), default=None)
     p.add_argument("--raw", default=None, help="raw data root (default BALMS_RAW_DIR or data/raw)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)

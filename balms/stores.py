@@ -37,13 +37,45 @@ def _busy_retry(fn: Callable[[], T], timeout_s: float) -> T:
             delay = min(delay * 2, 0.5)
 
 
+class DamagedStoreError(sqlite3.DatabaseError):
+    """A store file SQLite cannot read (not a database, or a malformed image): named, with what to do."""
+
+    def __init__(self, path: Path, exc: Exception):
+        super().__init__(f"{path}: damaged, SQLite cannot read it ({exc}). Move it aside (mv {path} {path}.damaged, "
+                         f"with any {path.name}-wal and -shm beside it) and run again: the store starts empty and is "
+                         f"refilled (a response cache by model calls, or from a responses bundle with `balms bundle "
+                         f"import-responses`)")
+        self.path = path
+
+
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    """'file is not a database', 'database disk image is malformed'; not locked, busy or read-only."""
+    return not isinstance(exc, sqlite3.OperationalError) or "malformed" in str(exc)
+
+
+def _damage_named(path: Path, fn: Callable[[], T]) -> T:
+    """`fn()`, with SQLite's damage errors naming the file (other errors as they are)."""
+    try:
+        return fn()
+    except sqlite3.DatabaseError as exc:
+        if not _is_damage(exc):
+            raise
+        raise DamagedStoreError(path, exc) from exc
+
+
 def open_db(path: str | Path, statements: Sequence[str] = (), *,
             add_columns: Mapping[str, Mapping[str, str]] | None = None, timeout_s: float = 60.0,
             autocommit: bool = False) -> sqlite3.Connection:
     """A WAL connection to `path` whose schema (`statements`, then each missing column of `add_columns`:
-    {table: {column: type}}) was created or migrated atomically, once, whoever else opens it at the same time."""
+    {table: {column: type}}) was created or migrated atomically, once, whoever else opens it at the same time.
+    A file SQLite cannot read is a DamagedStoreError naming it and saying what to do."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    return _damage_named(path, lambda: _open(path, statements, add_columns, timeout_s, autocommit))
+
+
+def _open(path: Path, statements: Sequence[str], add_columns: Mapping[str, Mapping[str, str]] | None,
+          timeout_s: float, autocommit: bool) -> sqlite3.Connection:
     setup = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
     try:
         _busy_retry(lambda: setup.execute("PRAGMA journal_mode=WAL"), timeout_s)
@@ -97,6 +129,10 @@ class Readers:
                    if make else self._idle.get())
         try:
             yield con
+        except sqlite3.DatabaseError as exc:  # a page damaged after the file opened: named, with what to do
+            if not _is_damage(exc):
+                raise
+            raise DamagedStoreError(Path(self.path), exc) from exc
         finally:
             self._idle.put(con)
 

@@ -238,6 +238,8 @@ def day_summary(backend: Backend, episode: Episode | None, sample: Sample, ts: p
     else:
         comp = backend.generate(msgs, params)
     text = comp.text.strip()
+    if episode is not None:  # the step says what a replay from this cache will say: the stripped text (issue 37)
+        episode.transcript[-1].content = text
     cache.put(key, text, {c: getattr(comp, c) for c in SummaryCache.USAGE})
     return text, True
 

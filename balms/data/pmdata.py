@@ -122,7 +122,10 @@ AWAKE_LEVELS = {"wake", "awake", "restless"}
 def _read_json(path: Path) -> list:
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            text = fh.read()
+        if not text.strip():
+            raise DataError(path, "empty file: expected a JSON list of records ([] when there are none)")
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(path, f"invalid or truncated JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") \
             from exc
@@ -131,6 +134,15 @@ def _read_json(path: Path) -> list:
     if not isinstance(data, list):
         raise DataError(path, f"expected a JSON list of records, got {type(data).__name__}")
     return data
+
+
+def _read_csv(path: Path, header: list[str]) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(path, f"empty file: expected a header row with {header} (then one row per record)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataError(path, f"cannot parse CSV ({exc})") from exc
 
 
 def _numeric(values: pd.Series, path: Path, field: str, *, offset: int = 0) -> pd.Series:
@@ -190,10 +202,7 @@ def _daily_series(path: Path, *, value_key=("value",), date_key="dateTime") -> p
 
 
 def _read_wellness(path: Path) -> pd.DataFrame:
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise DataError(path, f"cannot parse CSV ({exc})") from exc
+    df = _read_csv(path, WELLNESS_COLUMNS)
     missing = [c for c in WELLNESS_COLUMNS if c not in df.columns]
     if missing:
         raise DataError(path, f"missing column (expected {WELLNESS_COLUMNS})", field=missing[0])
@@ -255,6 +264,11 @@ def _exercise(path: Path) -> pd.DataFrame:
 
 def _sleep(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     rec = _read_json(path)
+    if not rec:  # a file of no logs: no sleep channel that day, no stage (counted by _load_user)
+        cols = ["sleep_minutes", "time_in_bed", "sleep_efficiency", "sleep_minutes_paper"]
+        return (pd.DataFrame(columns=cols, index=pd.DatetimeIndex([], name="date"), dtype=float),
+                pd.DataFrame({"start": pd.Series([], dtype="datetime64[ns]"), "seconds": pd.Series([], dtype=float),
+                              "level": pd.Series([], dtype=object)}))
     _require_keys(rec, path, ("dateOfSleep", "minutesAsleep", "timeInBed", "startTime", "duration"))
     df = pd.DataFrame({
         "date": _dates(pd.Series([r["dateOfSleep"] for r in rec], dtype=object), path, "dateOfSleep").dt.normalize(),
@@ -366,6 +380,15 @@ def _minute_steps(path: Path) -> tuple[pd.Series, pd.DataFrame, int]:
     return daily, slots, n_exact
 
 
+def _no_rows(path: Path, rows, notes: list[str], missing: dict[str, int]) -> None:
+    """A file present but holding no rows (`[]`, a CSV of its header alone): said and counted, never silent."""
+    if len(rows) == 0:
+        key = f"users_with_empty_{path.name}"
+        missing[key] = missing.get(key, 0) + 1
+        notes.append(f"{path.parent.parent.name}: {path.parent.name}/{path.name} holds no records; nothing of "
+                     f"it for this user")
+
+
 def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
     user = udir.name
     for rel in REQUIRED_FILES:
@@ -374,8 +397,10 @@ def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
     fit = udir / "fitbit"
     cols: dict[str, pd.Series] = {}
     ex = _exercise(fit / "exercise.json")
+    _no_rows(fit / "exercise.json", ex, notes, missing)
     cols["steps"], cols["calories"] = ex["steps"], ex["calories"]
     sleep_daily, stages = _sleep(fit / "sleep.json")
+    _no_rows(fit / "sleep.json", sleep_daily, notes, missing)
     for c in sleep_daily.columns:
         cols[c] = sleep_daily[c]
 
@@ -389,16 +414,20 @@ def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
 
     if p := optional("resting_heart_rate.json"):
         rhr = _daily_series(p, value_key=("value", "value"))
+        _no_rows(p, rhr, notes, missing)
         cols["resting_hr"] = rhr.where(rhr > 0)  # 0 = Fitbit could not compute it
     for name, fname in ACTIVITY_FILES.items():
         if p := optional(fname):
             cols[name] = _daily_series(p)
+            _no_rows(p, cols[name], notes, missing)
     if p := optional("sleep_score.csv"):
         cols["sleep_score"], n_dup = _sleep_score(p)
+        _no_rows(p, cols["sleep_score"], notes, missing)
         missing["duplicate_sleep_score"] = missing.get("duplicate_sleep_score", 0) + n_dup
     step_slots = None
     if (fit / "steps.json").exists():  # minute-level steps only for some participants
         cols["steps_total"], step_slots, n_rep = _minute_steps(fit / "steps.json")
+        _no_rows(fit / "steps.json", cols["steps_total"], notes, missing)
         missing["repeated_minute_steps"] = missing.get("repeated_minute_steps", 0) + n_rep
     minute_slots = []
     for fname, (name, how, inner) in MINUTE_FILES.items():
@@ -427,10 +456,7 @@ def _load_user(udir: Path, notes: list[str], missing: dict[str, int]):
 
 
 def _sleep_score(path: Path) -> tuple[pd.Series, int]:
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise DataError(path, f"cannot parse CSV ({exc})") from exc
+    df = _read_csv(path, ["timestamp", "overall_score"])
     for c in ("timestamp", "overall_score"):
         if c not in df.columns:
             raise DataError(path, "missing column", field=c)
@@ -470,13 +496,14 @@ def load_pmdata(raw_dir: Path, *, source: str = "real") -> DatasetTables:
         if sub is not None:
             sub_parts.append(sub)
         w = _read_wellness(udir / "pmsys" / "wellness.csv").sort_values("time", kind="stable")
+        _no_rows(udir / "pmsys" / "wellness.csv", w, notes, dropped)  # no report: no label, no sample
         dup = w["date"].duplicated(keep="last")
         dropped["duplicate_report"] = dropped.get("duplicate_report", 0) + int(dup.sum())
         w = w[~dup]
         label_parts.append(pd.DataFrame({"user": user, "date": w["date"].to_numpy(), "label": w["stress"].to_numpy()}))
         ctx_parts.append(w[["date", *[c.name for c in CONTEXT_CHANNELS]]].assign(user=user))
     missing_files = {k: v for k, v in dropped.items() if k.endswith((".json", ".csv")) and ":" not in k
-                     and not k.startswith("repeated_")}
+                     and not k.startswith(("repeated_", "users_"))}
     dropped = {k: v for k, v in dropped.items() if k not in missing_files}
     for k, v in missing_files.items():
         dropped[f"users_without_{k}"] = v

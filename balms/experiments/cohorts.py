@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -19,6 +20,10 @@ import pandas as pd
 from balms.data.evaluation import Evaluation, evaluate
 from balms.data.schema import DatasetTables, Sample
 from balms.experiments.config import ExperimentConfig
+
+
+class SampleCountWarning(UserWarning):
+    """More evaluation samples were asked for than a dataset has: all of them are used."""
 
 
 @dataclass
@@ -76,6 +81,9 @@ class Cohort:
         default n) are the seeded draw of `base` samples and the rest a seeded permutation of the others. So a
         cell with fewer samples evaluates a subset of a larger cell's, and the two compare paired on it."""
         pool = sorted(self.test, key=lambda s: (s.user, s.target_date))
+        if n > len(pool):  # one profile's n_samples serves datasets of different sizes: clamped, and said
+            warnings.warn(f"{self.dataset}: {n} evaluation samples asked for, {len(pool)} eligible under evaluation "
+                          f"rule {self.evaluation.rule!r}: all {len(pool)} used", SampleCountWarning, stacklevel=2)
         if n and n < len(pool):
             pick = sample_order(len(pool), base if base is not None else n, seed)[:n]
             pool = [pool[i] for i in sorted(pick)]
@@ -122,6 +130,8 @@ def mean_predictions(cfg: ExperimentConfig, dataset: str, sample_ids, lookbacks)
 
 def with_lookback(sample: Sample, lookback: int) -> Sample:
     """The same target day and window end, with a different look-back length (Figure 5's design)."""
+    if lookback < 1:
+        raise ValueError(f"look-back {lookback!r}: expected >= 1 day")
     start = sample.window_end - dt.timedelta(days=lookback - 1)
     return dataclasses.replace(sample, lookback=lookback, window_start=start)
 

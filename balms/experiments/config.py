@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from balms import paths
 from balms.agents import prompts
@@ -46,12 +56,12 @@ class ExperimentConfig(BaseModel):
     # a system that runs on its own backbone instead of `backbones`, wherever it runs (every notebook, the judge);
     # {} = every system on every backbone (the paper's grid). Demo: see profiles/demo.yaml for the measurements.
     system_backbones: dict[str, str] = {}
-    n_samples: int = 2  # evaluation samples per dataset (0 = every test sample)
+    n_samples: NonNegativeInt = 2  # evaluation samples per dataset (0 = every test sample)
     # per-cell counts where they differ from n_samples, most specific key first: "<dataset>.<system>.cot",
     # "<dataset>.<system>", "<dataset>.cot", "<dataset>" (0 = all). Samples are nested: a smaller cell evaluates
     # the first n of a larger cell's samples, so cells of one dataset compare paired on their common samples.
-    n_samples_by: dict[str, int] = {}
-    seed: int = 0
+    n_samples_by: dict[str, NonNegativeInt] = {}
+    seed: NonNegativeInt = 0  # numpy's generators take no negative seed
     # which samples are scored and what the mean predictor predicts (balms.data.evaluation.EVALUATION_RULES):
     # "heldout30" = ours, a seeded 30% of each user's days; "all_days_loo" = the paper's as derived from its counts
     # (every sample scored, the mean predictor a leave-one-out mean); the paper profile sets it
@@ -66,8 +76,8 @@ class ExperimentConfig(BaseModel):
     # stress score is 3." (the demo's); "answer_line" = our earlier "Reasoning:" placeholder then "Answer:"
     cot_format: Literal["paper", "answer_line", "printed"] = "paper"
     # decoding budgets
-    zs_max_tokens: int = prompts.ZERO_SHOT_MAX_TOKENS
-    cot_max_tokens: int = prompts.COT_MAX_TOKENS
+    zs_max_tokens: PositiveInt = prompts.ZERO_SHOT_MAX_TOKENS
+    cot_max_tokens: PositiveInt = prompts.COT_MAX_TOKENS
     cot_systems: list[str] | None = None  # the systems that run with CoT, in every notebook (None: `systems`)
     # ours: a CoT reply that ends without an answer statement (cut off by cot_max_tokens, or finished without one) is
     # asked for its answer alone (balms.agents.prompts.FORCE_ANSWER); records say force_answer, transcripts the reason
@@ -76,8 +86,8 @@ class ExperimentConfig(BaseModel):
     # ours: a PHIA forced finish without an answer statement is asked once more for the answer alone
     # (records: options.force_answer, a "forced_answer" step); off in the paper profile
     phia_force_answer: bool = True
-    phia_max_iters: int = 3
-    phia_step_tokens: int = prompts.PHIA_STEP_MAX_TOKENS  # max tokens per PHIA model call (thought + code)
+    phia_max_iters: PositiveInt = 3
+    phia_step_tokens: PositiveInt = prompts.PHIA_STEP_MAX_TOKENS  # max tokens per PHIA model call (thought + code)
     # ours, off in the paper profile (balms.agents.prompts.PHIA_PRIMERS): "code_first" asks for a first step with a
     # python block over the DataFrames, "example" shows a worked first step; recorded in records' options
     # demo and CPU study: code_first + fence stop. Measured by `make bench-roles` (bench/roles.json, 6 real PMData and
@@ -95,17 +105,17 @@ class ExperimentConfig(BaseModel):
     phia_sleep_recipe: Literal["corrected", "paper"] = "corrected"
     # reasoning models (registry is_reasoning, e.g. DeepSeek-R1-Distill): the <think> trace comes out of the same
     # max_tokens, so they get their own budgets (balms.models.budgets.budget_for)
-    reasoning_zs_max_tokens: int = 2048
-    reasoning_cot_max_tokens: int = 4096
-    reasoning_phia_step_tokens: int = 2048
-    raptor_summary_tokens: int = prompts.SUMMARY_MAX_TOKENS  # max tokens of one RAPTOR day summary
-    retrieval_top_k: int = 3  # RAG's and RAPTOR's top-k (the paper's top-3)
+    reasoning_zs_max_tokens: PositiveInt = 2048
+    reasoning_cot_max_tokens: PositiveInt = 4096
+    reasoning_phia_step_tokens: PositiveInt = 2048
+    raptor_summary_tokens: PositiveInt = prompts.SUMMARY_MAX_TOKENS  # max tokens of one RAPTOR day summary
+    retrieval_top_k: PositiveInt = 3  # RAG's and RAPTOR's top-k (the paper's top-3)
     raptor_memory: Literal["lookback", "history"] = "lookback"  # history = every earlier day (the paper's)
     # look-back (days) of every cell outside notebook 03's sweep; None = each dataset's own (DiversityOne 7,
     # PMData and GLOBEM 14). Same target days either way: the window is cut to its last `lookback` days.
-    lookback: int | None = None
+    lookback: PositiveInt | None = None
     # look-back sweep (notebook 03)
-    lookbacks: list[int] = [7, 14, 28]
+    lookbacks: list[PositiveInt] = Field(default=[7, 14, 28], min_length=1)
     horizon_datasets: list[str] = ["pmdata", "globem"]
     horizon_backbone: str | None = None  # None: the first backbone
     horizon_systems: list[str] = ["healthllm", "rag", "phia"]
@@ -114,7 +124,7 @@ class ExperimentConfig(BaseModel):
     size_backbones: list[str] = []
     # per dataset, how many of the zero-shot cells' target days the size check repeats: the first n of the same
     # nested order, so its days are a subset of the study backbone's and the two compare paired (absent: all)
-    size_n_samples: dict[str, int] = {}
+    size_n_samples: dict[str, PositiveInt] = {}
     # ablations (04) and PHIA executors (05)
     ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
@@ -124,7 +134,7 @@ class ExperimentConfig(BaseModel):
     # datasets whose CoT rationales notebook 07 judges (it runs the CoT cells it grades, also of a dataset outside
     # `datasets`); None = `datasets`. The paper judged GLOBEM only (Figure 4, Table 6)
     judge_datasets: list[str] | None = None
-    judge_max_tokens: int = 160
+    judge_max_tokens: PositiveInt = 160
     judge_justify: bool = False  # paper mode only. False: scores only (about a fifth of the tokens)
     # "paper": the paper's judge, one greedy JSON answer for all dimensions. "geval": one question per dimension,
     # score = expectation over the judge's score-token distribution (balms.judges.geval); tells rationales apart
@@ -138,7 +148,7 @@ class ExperimentConfig(BaseModel):
     servers: list[str] = []  # OpenAI-compatible base URLs (with BALMS_VLLM_BASE_URLS); routed by /v1/models
     anthropic_batch: bool = False  # Claude's single-call cells through the Message Batches API (half price)
     cache_mode: Literal["rw", "replay", "off"] = "rw"
-    concurrency: int = 1
+    concurrency: PositiveInt = 1
     # a record whose sample failed with an error (agent, harness or backend; status "error"), and a judge verdict
     # that is a backend error, is not a result: the next run retries it. False keeps them as they are.
     retry_errors: bool = True
@@ -148,13 +158,13 @@ class ExperimentConfig(BaseModel):
     # the scheduler (balms.experiments.scheduler): requests in flight per OpenAI-compatible server (a URL in
     # server_slot_limits overrides it; vLLM's --max-num-seqs is the server's own batch limit, 256 by default, but
     # more in flight than the GPU batches well only queues), per Anthropic account, and sample threads at once
-    server_slots: int = 16
-    server_slot_limits: dict[str, int] = {}
-    anthropic_slots: int = 8
-    scheduler_threads: int = 1024
+    server_slots: PositiveInt = 16
+    server_slot_limits: dict[str, PositiveInt] = {}
+    anthropic_slots: PositiveInt = 8
+    scheduler_threads: PositiveInt = 1024
     # spending cap of a scheduled run (balms.experiments.budget): Claude at list price, vLLM GPU hours by tokens
-    max_usd: float | None = None
-    max_gpu_hours: float | None = None
+    max_usd: PositiveFloat | None = None
+    max_gpu_hours: PositiveFloat | None = None
     raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",
@@ -204,13 +214,6 @@ class ExperimentConfig(BaseModel):
                              f"training days, which rule {self.evaluation_rule!r} also scores)")
         return self
 
-    @field_validator("lookback")
-    @classmethod
-    def _positive_lookback(cls, v: int | None) -> int | None:
-        if v is not None and v < 1:
-            raise ValueError("must be >= 1 day (or null: each dataset's own look-back)")
-        return v
-
     @field_validator("system_backbones")
     @classmethod
     def _known_system_keys(cls, v: dict[str, str]) -> dict[str, str]:
@@ -232,37 +235,24 @@ class ExperimentConfig(BaseModel):
             return v if v is None else canonical_name(v)
         return list(dict.fromkeys(canonical_name(m) for m in v))
 
-    @field_validator("n_samples", "concurrency", "server_slots", "anthropic_slots", "scheduler_threads",
-                     "phia_max_iters", "retrieval_top_k", "reasoning_zs_max_tokens", "reasoning_cot_max_tokens",
-                     "reasoning_phia_step_tokens")
-    @classmethod
-    def _non_negative(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError("must be >= 0")
-        return v
-
     @field_validator("n_samples_by")
     @classmethod
     def _sample_keys(cls, v: dict[str, int]) -> dict[str, int]:
         known = system_names()
         valid = {f"{d}{s}{c}" for d in dataset_names() for s in ("", *(f".{x}" for x in known)) for c in ("", ".cot")}
-        for key, n in v.items():
+        for key in v:
             if key not in valid:
                 raise ValueError(f"n_samples_by key {key!r}: expected '<dataset>', '<dataset>.<system>', "
                                  f"'<dataset>.cot' or '<dataset>.<system>.cot' with a dataset in {dataset_names()} "
                                  f"and a system in {known}")
-            if not isinstance(n, int) or n < 0:
-                raise ValueError(f"n_samples_by[{key!r}] = {n!r}: expected an integer >= 0")
         return v
 
     @field_validator("size_n_samples")
     @classmethod
     def _size_keys(cls, v: dict[str, int]) -> dict[str, int]:
-        for key, n in v.items():
+        for key in v:
             if key not in dataset_names():
                 raise ValueError(f"size_n_samples key {key!r}: expected a dataset in {dataset_names()}")
-            if not isinstance(n, int) or n < 1:
-                raise ValueError(f"size_n_samples[{key!r}] = {n!r}: expected an integer >= 1")
         return v
 
     # ------------------------------------------------------------------------------------------ helpers

@@ -17,7 +17,8 @@ CELL_KEYS = ["dataset", "system", "model", "cot", "lookback"]
 
 def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentConfig | None = None,
               n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """One row per cell: n, MAE with a participant-bootstrap 95% CI, parse failures, mode collapse, cost.
+    """One row per cell: n, MAE with a participant-bootstrap 95% CI, parse failures, mode collapse, cost; latency
+    and token means over the records that answered.
 
     Both MAE conventions side by side (docs/scoring.md): `mae` leaves parse failures out, `mae_scored` scores
     each as the answer 0 (the rule the paper's printed numbers allow); out-of-range answers are parse failures,
@@ -39,13 +40,16 @@ def summarize(df: pd.DataFrame, by: list[str] | None = None, *, cfg: ExperimentC
             kw = {"mean_prediction": mean_predictions(cfg, row["dataset"], g["sample_id"], draw_lookbacks(cfg)),
                   "scale": (co.tables.target.scale_min, co.tables.target.scale_max)}
         row.update(metrics.summarize_run(g, n_boot=n_boot, seed=seed, **kw))
-        lat, lat_lo, lat_hi = metrics.mean_ci(g["latency_s"], g["user"], n_boot=n_boot, seed=seed)
+        # latency, tokens and forced answers over the records that answered: an error's 0 s and 0 tokens are no
+        # measurement (errors are counted apart: n_errors)
+        done = metrics.answered(g)
+        lat, lat_lo, lat_hi = metrics.mean_ci(done["latency_s"], done["user"], n_boot=n_boot, seed=seed)
         # 0.1 s: re-runs from the cache agree (PHIA's code execution is re-measured)
         row.update(mean_latency_s=round(lat, 1), latency_ci_low=round(lat_lo, 1), latency_ci_high=round(lat_hi, 1))
         if "forced" in g:  # CoT forced answers and PHIA forced finishes: how often the budget ran out
-            row["forced_rate"] = float(g["forced"].mean())
-        row["mean_prompt_tokens"] = float(g["prompt_tokens"].mean())
-        row["mean_completion_tokens"] = float(g["completion_tokens"].mean())
+            row["forced_rate"] = float(done["forced"].mean()) if len(done) else np.nan
+        row["mean_prompt_tokens"] = float(done["prompt_tokens"].mean()) if len(done) else np.nan
+        row["mean_completion_tokens"] = float(done["completion_tokens"].mean()) if len(done) else np.nan
         row["source"] = ";".join(sorted(set(g["source"])))
         rows.append(row)
     return pd.DataFrame(rows)

@@ -17,6 +17,8 @@ sent, unless the caller opted into a degraded sandbox (`allow_degraded=True` or 
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import itertools
 import json
 import os
@@ -53,6 +55,69 @@ REQUIRED = ("separate_process", "netns", "mountns", "pidns", "scratch_tmpfs", "c
             "no_new_privs")
 _uid_counter = itertools.count()
 _verified: set = set()  # sandbox configurations whose first worker already passed the isolation check
+# Every file a process's sandboxes write (the frames: a participant's sensing data; scratch; worker logs) lives
+# under one folder of that process, `<tmp>/balms-sbx-run-<pid>-*`, removed at exit. A SIGKILLed process cannot
+# remove its own, so each folder holds a lock its process keeps for its whole life (the kernel releases it at any
+# death): the next process to start a sandbox removes every folder whose lock it can take (`sweep_stale`).
+RUN_PREFIX = "balms-sbx-run-"
+LOCK_NAME = ".owner.lock"
+_run: tuple[int, Path, int] | None = None  # (pid, folder, its held lock's fd) of this process
+_run_lock = threading.Lock()
+
+
+def sweep_stale(tmp: Path | None = None) -> list[Path]:
+    """Remove the run folders of dead processes (their lock is free); returns what was removed."""
+    removed = []
+    for d in sorted(Path(tmp or tempfile.gettempdir()).glob(f"{RUN_PREFIX}*")):
+        try:
+            if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.geteuid():
+                continue
+            fd = os.open(d / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:  # no lock yet (its process is making it) or not ours: leave it
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its process is alive
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def run_dir() -> Path:
+    """This process's folder for its sandboxes' files (made at its first sandbox, after sweeping dead ones')."""
+    global _run
+    with _run_lock:
+        if _run is not None and _run[0] == os.getpid() and _run[1].is_dir():
+            return _run[1]
+        sweep_stale()
+        while True:
+            d = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-"))  # mode 0700
+            fd = os.open(d / LOCK_NAME, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a sweeper that saw it unlocked removes it
+            try:
+                if os.stat(d / LOCK_NAME).st_ino == os.fstat(fd).st_ino:
+                    break
+            except OSError:
+                pass
+            os.close(fd)  # swept between mkdtemp and flock: make another
+        _run = (os.getpid(), d, fd)
+        atexit.register(_remove_run_dir, os.getpid(), d, fd)
+        return d
+
+
+def _remove_run_dir(pid: int, d: Path, fd: int) -> None:
+    if os.getpid() != pid:  # a forked child's exit leaves its parent's folder alone
+        return
+    shutil.rmtree(d, ignore_errors=True)
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 class SandboxError(RuntimeError):
@@ -180,7 +245,7 @@ class _Worker:
         os.close(req_r)
         os.close(resp_w)
         self.mechanisms: dict | None = None
-        self.assessed = False  # its mechanisms checked against REQUIRED by the Sandbox that uses it
+        self.assessed: dict | None = None  # its mechanisms as checked against REQUIRED by the Sandbox that uses it
         self.started = time.monotonic()
         self.send(cfg)
 
@@ -331,15 +396,19 @@ class Sandbox:
             raise ValueError(f"{SIMULATE_DENIED_ENV}: unknown namespace(s) {unknown}; use user, net, mount, pid")
         self.mode = mode
         self.limits = limits or SandboxLimits()
-        self.private = Path(tempfile.mkdtemp(prefix="balms-sbx-priv-"))
+        # under this process's run folder (`run_dir`: removed at exit, swept after a kill); 0700 folders, the
+        # frames 0600: readable by this user only, which the worker is while it loads them (before its uid drop)
+        root = run_dir()
+        self.private = Path(tempfile.mkdtemp(prefix="priv-", dir=root))
         os.chmod(self.private, 0o700)
-        self.scratch = Path(tempfile.mkdtemp(prefix="balms-sbx-scratch-"))
+        self.scratch = Path(tempfile.mkdtemp(prefix="scratch-", dir=root))
         self.uid = _allocate_uid()
         if os.geteuid() == 0:
             os.chown(self.scratch, self.uid, self.uid)
         os.chmod(self.scratch, 0o700)
         frames_path = self.private / "frames.pkl"
-        pd.to_pickle(dict(frames), frames_path)
+        with os.fdopen(os.open(frames_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "wb") as fh:
+            pd.to_pickle(dict(frames), fh)
         lim = self.limits
         self._cfg = {"mode": mode, "scratch": str(self.scratch), "private": str(self.private), "uid": self.uid,
                      "frames_path": str(frames_path), "mem_mb": lim.mem_mb, "cpu_s": lim.cpu_s, "nice": lim.nice,
@@ -378,15 +447,15 @@ class Sandbox:
             else:  # none, or still queued behind other starts: start it here, now
                 self._spawn()
         w = self._worker
-        if not w.assessed:
+        if w.assessed is None:
             mech = dict(w.mechanisms if w.mechanisms is not None else w.wait_ready(self.limits.startup_s))
-            w.assessed = True
             applied, missing = assess(mech)
             mech.update(applied=applied, missing=missing, degraded=any(m in missing for m in REQUIRED))
-            self.mechanisms = mech
+            w.assessed = mech
             if mech["degraded"]:
                 if not self.allow_degraded:
                     self._discard_worker()
+                    self.mechanisms = mech  # what refused this sandbox's code
                     raise SandboxUnavailable(refusal_message(mech), mech)
                 if not self._warned:
                     self._warned = True
@@ -432,6 +501,9 @@ class Sandbox:
             raise TypeError("code must be a str")
         self._block += 1
         w = self._ready_worker()
+        # the workers that ran code, only: the process's first Sandbox checks one before any block and later ones
+        # do not, so a record of an episode that ran no code must not depend on which Sandbox came first
+        self.mechanisms = w.assessed
         t0 = time.monotonic()
         lim = self.limits
         resp, failure = None, None
