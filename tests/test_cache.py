@@ -150,7 +150,8 @@ def test_a_changed_byte_fails_the_next_run_naming_the_entry(tmp_path):
     recs = {r.sample_id: r for r in load_records(tmp_path / "b.jsonl")}
     for r in answered_3:
         assert recs[r.sample_id].status == "error" and r.transcript[-1].meta["response_key"] in recs[r.sample_id].error
-    assert all(recs[s.sample_id].status == "ok" for s in samples if s.sample_id not in {r.sample_id for r in answered_3})
+    bad_ids = {r.sample_id for r in answered_3}
+    assert all(recs[s.sample_id].status == "ok" for s in samples if s.sample_id not in bad_ids)
     assert fake.calls == 0  # never recomputed behind the user's back
     assert cache.verify()["bad"][0]["key"] == bad_key
 
