@@ -152,9 +152,10 @@ def _gzip(data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None) -> dict:
-    """Write the profile's responses and RAPTOR summaries to `out` (.jsonl.gz); returns counts and sha256."""
-    payload, counts = responses_payload(profile, cache_dir=cache_dir)
+def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None, keys: set[str] | None = None) -> dict:
+    """Write the responses the profile's records name and its RAPTOR summaries to `out` (.jsonl.gz); returns counts
+    and sha256. `keys`: only the records of these cells (as `export_bundle`)."""
+    payload, counts = responses_payload(profile, cache_dir=cache_dir, files=run_files(profile, keys))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(_gzip(payload))
     return counts | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
@@ -529,9 +530,11 @@ def register(sub) -> None:
     """`balms bundle export|import|verify|export-responses|import-responses|rekey-responses|compare`."""
     p = sub.add_parser("bundle", help="carry a profile's model responses to another machine and check tables")
     s = p.add_subparsers(dest="cmd", required=True)
-    e = s.add_parser("export-responses", help="the responses a profile's runs used -> one .jsonl.gz")
+    e = s.add_parser("export-responses", help="the responses a profile's records name -> one .jsonl.gz")
     e.add_argument("--profile", required=True)
     e.add_argument("--out", required=True)
+    e.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
+    e.add_argument("--all", action="store_true", help="every run file, superseded cells too")
     prefer_help = ("which side wins where the local caches answer a key differently (default: refuse, write "
                    "nothing and exit 2)")
     i = s.add_parser("import-responses", help="load an exported responses file into the local caches")
@@ -567,10 +570,11 @@ def register(sub) -> None:
             return 2
 
     def _dispatch(a) -> int:
-        if a.cmd == "export":
+        if a.cmd in ("export", "export-responses"):
             from balms.experiments.runfiles import profile_keys
 
             keys = None if a.all else profile_keys(a.profile, a.set)
+        if a.cmd == "export":
             got = export_bundle(a.profile, Path(a.out) if a.out else None, keys=keys)
             print(json.dumps(got))
             _packed(got)
@@ -580,7 +584,7 @@ def register(sub) -> None:
             meta, _ = verify_bundle(Path(a.file))
             print(json.dumps({"profile": meta["profile"], "files": len(meta["files"]), **meta["counts"]}))
         elif a.cmd == "export-responses":
-            got = export_responses(a.profile, Path(a.out))
+            got = export_responses(a.profile, Path(a.out), keys=keys)
             print(json.dumps(got))
             _packed(got)
         elif a.cmd == "rekey-responses":
