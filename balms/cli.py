@@ -22,7 +22,7 @@ COMMAND_MODULES = [
     ("plan", "balms.experiments.plan"),
     ("runs", "balms.experiments.runfiles"),
     ("bundle", "balms.bundle"),
-    ("cache", "balms.models.cache"),
+    ("cache", "balms.cache_cli"),
     ("deploy", "balms.deploy_cli"),
     ("sandbox", "balms.sandbox.cli"),
     ("judge", "balms.judges.cli"),
