@@ -43,8 +43,12 @@ def run_files(profile: str, keys: set[str] | None = None) -> list[Path]:
     root = paths.runs_dir() / profile
     if not root.is_dir():
         raise DataError(root, f"no runs for profile {profile!r}: run `make paper PROFILE={profile}` first")
-    return [f for f in sorted(root.rglob("*")) if f.is_file() and f.suffix not in (".lock", ".tmp")
-            and (keys is None or key_of_run_file(f) in keys or f.name == CASE_STUDY_VERDICTS)]
+    every = [f for f in sorted(root.rglob("*")) if f.is_file() and f.suffix not in (".lock", ".tmp")]
+    picked = [f for f in every if keys is None or key_of_run_file(f) in keys or f.name == CASE_STUDY_VERDICTS]
+    if not any(f.name.endswith(".jsonl") and not f.name.endswith(".judge.jsonl") for f in picked):
+        raise DataError(root, f"no run file of the profile's current cells among its {len(every)} files (made with "
+                        "other overrides, other data or older code?): pass the same P as the run, or --all")
+    return picked
 
 
 def used_keys(files: list[Path]) -> tuple[dict[str, str], dict]:

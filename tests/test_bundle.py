@@ -223,6 +223,8 @@ def test_export_refuses_a_missing_or_altered_response_and_a_record_without_keys(
     run_file.write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
     with pytest.raises(DataError, match=rf"{run_file.name} row 1.*1 record\(s\)/verdict\(s\) name no response keys"):
         bundle.export_responses("p", out, cache_dir=tmp_path / "c1")
+    with pytest.raises(DataError, match="no run file of the profile's current cells among its 2 files"):
+        bundle.export_responses("p", out, cache_dir=tmp_path / "c1", keys={"not-a-cell"})  # an empty export: refused
     assert not out.exists() and not (tmp_path / "p.tar.gz").exists()
 
 
