@@ -53,9 +53,9 @@ def run_files(profile: str, keys: set[str] | None = None) -> list[Path]:
 
 def used_keys(files: list[Path]) -> tuple[dict[str, str], dict]:
     """The response-cache keys the records and judge verdicts of these files name, each with where it is first
-    named ("file row N"), and counts. A record that answered (or a verdict that called its judge) but names no
-    key was written before records named their responses (or by an agent that does not log its calls through
-    `Episode.call`): refused, naming the first, because its responses cannot be found from it."""
+    named ("file row N"), and counts. A record that answered with model calls (or a verdict that called its
+    judge) but names no key was written before records named their responses (or by an agent that does not log
+    its calls through `Episode.call`): refused, naming the first, because its responses cannot be found from it."""
     keys: dict[str, str] = {}
     n = {"records": 0, "verdicts": 0}
     unkeyed = []
@@ -73,7 +73,10 @@ def used_keys(files: list[Path]) -> tuple[dict[str, str], dict]:
                 else:
                     got = [st["meta"]["response_key"] for st in obj.get("transcript") or []
                            if (st.get("meta") or {}).get("response_key")]
-                    needs = obj.get("status", "error" if obj.get("error") else "ok") != "error"
+                    # an answer from a model names its responses; an error, or a system that calls no model
+                    # (n_steps 0), may name none
+                    needs = obj.get("status", "error" if obj.get("error") else "ok") != "error" and obj.get(
+                        "n_steps", 1) > 0
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise DataError(f, f"not a record or verdict line: {exc}", row=i) from None
             n["verdicts" if verdicts else "records"] += 1

@@ -223,6 +223,10 @@ def test_export_refuses_a_missing_or_altered_response_and_a_record_without_keys(
     run_file.write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
     with pytest.raises(DataError, match=rf"{run_file.name} row 1.*1 record\(s\)/verdict\(s\) name no response keys"):
         bundle.export_responses("p", out, cache_dir=tmp_path / "c1")
+    rec["n_steps"] = 0  # a system that calls no model names no response, and needs none: only row 3 is refused now
+    run_file.write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
+    with pytest.raises(DataError, match=r"1 of the 2 responses the records use are not in the cache"):
+        bundle.export_responses("p", out, cache_dir=tmp_path / "c1")
     with pytest.raises(DataError, match="no run file of the profile's current cells among its 2 files"):
         bundle.export_responses("p", out, cache_dir=tmp_path / "c1", keys={"not-a-cell"})  # an empty export: refused
     assert not out.exists() and not (tmp_path / "p.tar.gz").exists()
