@@ -148,7 +148,7 @@ $(EXEC_DIR)/%.ipynb: notebooks/%.py notebooks/%.ipynb profiles/$(PROFILE).yaml $
 	@echo "[$*] profile $(PROFILE) -> $@"; rm -f $@.failed
 	@# a failed notebook is moved aside: left as $@ it would count as up to date on the next `make paper`
 	@# PYTHONPATH: the kernels import this checkout's balms, not the checkout a shared venv was installed from
-	@PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} BALMS_NOTEBOOK=$* BALMS_CACHE_JOURNAL=$(RUNS_DIR)/$(PROFILE)/cache_keys.log \
+	@PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} BALMS_NOTEBOOK=$* \
 	  $(VENV)/bin/papermill -k balms --cwd notebooks --no-progress-bar --stderr-file - --log-level WARNING \
 	  -f $@.params.yaml -p profile $(PROFILE) notebooks/$*.ipynb $@ && $(PY) scripts/sanitize_notebook.py $@ \
 	  && echo "[$*] done in $$SECONDS s" \
@@ -163,8 +163,8 @@ notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] 
 	$(MAKE) --no-print-directory $(EXEC_DIR)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)'
 
 RESPONSES := results/$(PROFILE)/responses.jsonl.gz
-export-responses: ## Write the responses this profile's tables used to results/<profile>/ (commit it with the tables)
-	$(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
+export-responses: ## Write the responses this profile's records name to results/<profile>/ (commit it with the tables)
+	$(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES) --set "$$BALMS_P"
 
 test-replay: ## The committed demo and CPU-study tables regenerate from their committed responses with zero model calls
 	$(MAKE) --no-print-directory replay-check PROFILE=demo
@@ -184,7 +184,7 @@ REPLAY_ENV = BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache BALMS_RUNS_
 bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bundle.tar.gz (after a replay check)
 	$(MAKE) --no-print-directory export-responses PROFILE=$(PROFILE)
 	$(MAKE) --no-print-directory replay-check PROFILE=$(PROFILE)
-	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES)
+	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES) --set "$$BALMS_P"
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE) --set "$$BALMS_P"
 
 docs: ## Rewrite every measured number the docs show (docs/_generated/, the README's claims table) from the committed results

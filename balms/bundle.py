@@ -1,9 +1,10 @@
 """Carry a profile's model responses to another machine, so its tables regenerate there with zero model calls.
 
-`export_responses` writes the exact subset of the response cache that a profile's runs used (the keys its
-cache journal recorded, see `balms.models.cache`) plus the RAPTOR day summaries of the models those runs used,
-as one deterministic gzip'd JSONL file (sorted, no timestamps: the same responses give the same bytes).
-`import_responses` loads such a file into the local caches; `compare_tables` checks regenerated tables
+`export_responses` writes the exact subset of the response cache that a profile's runs used (the keys their
+records and judge verdicts name, see `used_keys`; each response verified against its digest, the export refused
+when one is missing) plus the RAPTOR day summaries of the models those runs used, as one deterministic gzip'd
+JSONL file (sorted, no timestamps: the same responses give the same bytes). `import_responses` loads such a file
+into the local caches, all or nothing; `compare_tables` checks regenerated tables
 against committed ones with latency columns (measured, machine-dependent) set aside.
 
 Files written under an earlier response-key rule (format balms-responses/1: before a backend's request
@@ -33,49 +34,99 @@ KEY_RULES = {"balms-responses/1": 1, FORMAT: 2}
 LATENCY_COLUMNS = ("mean_latency_s", "latency_ci_low", "latency_ci_high", "latency_s", "wall_s")
 
 
-def journal_path(profile: str) -> Path:
-    return paths.runs_dir() / profile / "cache_keys.log"
+def run_files(profile: str, keys: set[str] | None = None) -> list[Path]:
+    """The profile's run files and their companions (manifests, judge verdicts), sorted; with `keys`, only those of
+    these cells (plus the profile-level judge case study, which belongs to no cell)."""
+    from balms.cellspec import key_of_run_file
+    from balms.experiments.judging import CASE_STUDY_VERDICTS
+
+    root = paths.runs_dir() / profile
+    if not root.is_dir():
+        raise DataError(root, f"no runs for profile {profile!r}: run `make paper PROFILE={profile}` first")
+    every = [f for f in sorted(root.rglob("*")) if f.is_file() and f.suffix not in (".lock", ".tmp")]
+    picked = [f for f in every if keys is None or key_of_run_file(f) in keys or f.name == CASE_STUDY_VERDICTS]
+    if not any(f.name.endswith(".jsonl") and not f.name.endswith(".judge.jsonl") for f in picked):
+        raise DataError(root, f"no run file of the profile's current cells among its {len(every)} files (made with "
+                        "other overrides, other data or older code?): pass the same P as the run, or --all")
+    return picked
 
 
-def _journal_keys(profile: str) -> list[str]:
-    path = journal_path(profile)
-    if not path.exists():
-        raise DataError(path, "no cache journal: run the profile with BALMS_CACHE_JOURNAL set (make paper does)")
-    return sorted({line.strip() for line in path.read_text().splitlines() if line.strip()})
+def used_keys(files: list[Path]) -> tuple[dict[str, str], dict]:
+    """The response-cache keys the records and judge verdicts of these files name, each with where it is first
+    named ("file row N"), and counts. A record that answered with model calls (or a verdict that called its
+    judge) but names no key was written before records named their responses (or by an agent that does not log
+    its calls through `Episode.call`): refused, naming the first, because its responses cannot be found from it."""
+    keys: dict[str, str] = {}
+    n = {"records": 0, "verdicts": 0}
+    unkeyed = []
+    for f in files:
+        if not f.name.endswith(".jsonl"):
+            continue
+        verdicts = f.name.endswith(".judge.jsonl")
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                if verdicts:
+                    got, needs = list(obj.get("response_keys") or []), bool(obj.get("attempts"))
+                else:
+                    got = [st["meta"]["response_key"] for st in obj.get("transcript") or []
+                           if (st.get("meta") or {}).get("response_key")]
+                    # an answer from a model names its responses; an error, or a system that calls no model
+                    # (n_steps 0), may name none
+                    needs = obj.get("status", "error" if obj.get("error") else "ok") != "error" and obj.get(
+                        "n_steps", 1) > 0
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise DataError(f, f"not a record or verdict line: {exc}", row=i) from None
+            n["verdicts" if verdicts else "records"] += 1
+            if needs and not got:
+                unkeyed.append(f"{f} row {i}")
+            for k in got:
+                keys.setdefault(k, f"{f} row {i}")
+    if unkeyed:
+        raise DataError(unkeyed[0], f"{len(unkeyed)} record(s)/verdict(s) name no response keys (written before "
+                        "records named the responses they used): replay the profile from its responses into a "
+                        "fresh runs folder (`make bundle` does) to rewrite them, then export")
+    return keys, n
 
 
-def _run_model_ids(profile: str) -> set[str]:
-    ids = set()
-    for man in (paths.runs_dir() / profile).rglob("*.manifest.json"):
-        ids.update(json.loads(man.read_text()).get("model_ids") or [])
-    return ids
+def responses_payload(profile: str, *, cache_dir: Path | None = None,
+                      files: list[Path] | None = None) -> tuple[bytes, dict]:
+    """The responses the records of `files` (default: every run file of the profile) name, each verified against
+    its digest, and the RAPTOR day summaries of the runs' models, as sorted JSONL bytes; and counts. Refused, with
+    how many are missing, when the cache lacks one of them."""
+    from balms.models.cache import ResponseCache
+    from balms.models.registry import additions_for_model_id
 
-
-def responses_payload(profile: str, *, cache_dir: Path | None = None) -> tuple[bytes, dict]:
-    """The profile's journalled responses and its models' RAPTOR summaries as sorted JSONL bytes, and counts."""
     cdir = cache_dir or paths.cache_dir()
-    keys = _journal_keys(profile)
+    files = run_files(profile) if files is None else files
+    keys, counts = used_keys(files)
     lines = [json.dumps({"format": FORMAT, "profile": profile}, sort_keys=True)]
     missing = []
-    con = sqlite3.connect(cdir / "responses.sqlite")
+    if keys and not (cdir / "responses.sqlite").exists():
+        raise DataError(cdir / "responses.sqlite", f"no response cache, and the records use {len(keys)} responses")
+    cache = ResponseCache(cdir / "responses.sqlite", additions_of=additions_for_model_id) if keys else None
     try:
-        for k in keys:
-            row = con.execute("SELECT model_id, completion FROM responses WHERE key = ?", (k,)).fetchone()
+        for k in sorted(keys):
+            row = cache.get_row(k)  # digest checked: an altered response is refused by key, never packed
             if row is None:
                 missing.append(k)
                 continue
-            comp = json.loads(row[1])
+            comp = row[1]
             comp.pop("raw", None)  # provider payload: debugging only, not needed to replay
             lines.append(json.dumps({"table": "responses", "key": k, "model_id": row[0], "completion": comp},
                                     sort_keys=True, ensure_ascii=False))
     finally:
-        con.close()
+        if cache is not None:
+            cache.close()
     if missing:
-        raise DataError(cdir / "responses.sqlite", f"{len(missing)} journalled keys are not in the cache "
-                        f"(first {missing[0]}): was the cache cleared after the run?")
+        raise DataError(cdir / "responses.sqlite", f"{len(missing)} of the {len(keys)} responses the records use "
+                        f"are not in the cache (first {missing[0]}, named by {keys[missing[0]]}); nothing written: "
+                        "re-run those cells in cache mode 'rw', or export from the cache that ran them")
     n_summ = 0
     spath = cdir / "raptor_summaries.sqlite"
-    model_ids = _run_model_ids(profile)
+    model_ids = _run_model_ids(files)
     if spath.exists() and model_ids:
         con = sqlite3.connect(spath)
         try:
@@ -90,7 +141,15 @@ def responses_payload(profile: str, *, cache_dir: Path | None = None) -> tuple[b
         finally:
             con.close()
     payload = ("\n".join(lines) + "\n").encode("utf-8")
-    return payload, {"responses": len(keys), "raptor_summaries": n_summ}
+    return payload, {"responses": len(keys), "raptor_summaries": n_summ, **counts}
+
+
+def _run_model_ids(files: list[Path]) -> set[str]:
+    ids = set()
+    for man in files:
+        if man.name.endswith(".manifest.json"):
+            ids.update(json.loads(man.read_text()).get("model_ids") or [])
+    return ids
 
 
 def _gzip(data: bytes) -> bytes:
@@ -100,25 +159,30 @@ def _gzip(data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None) -> dict:
-    """Write the profile's responses and RAPTOR summaries to `out` (.jsonl.gz); returns counts and sha256."""
-    payload, counts = responses_payload(profile, cache_dir=cache_dir)
+def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None, keys: set[str] | None = None) -> dict:
+    """Write the responses the profile's records name and its RAPTOR summaries to `out` (.jsonl.gz); returns counts
+    and sha256. `keys`: only the records of these cells (as `export_bundle`)."""
+    payload, counts = responses_payload(profile, cache_dir=cache_dir, files=run_files(profile, keys))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(_gzip(payload))
     return counts | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
 
 
-def import_responses(path: Path, *, cache_dir: Path | None = None, replace: bool = False) -> dict:
-    """Load an exported file into the local response and summary caches.
+PREFER = ("bundle", "local")  # which side wins where the local caches answer a key differently
 
-    A key the local cache already holds keeps the local response unless `replace`; either way the keys whose two
-    responses differ are counted (`conflicts`): the same request answered differently elsewhere (another
-    llama.cpp build, or a prompt-prefix reuse that rounds differently), which would make replayed tables differ."""
+
+def import_responses(path: Path, *, cache_dir: Path | None = None, prefer: str | None = None) -> dict:
+    """Load an exported file into the local response and summary caches, all of it or nothing.
+
+    Every line is read and every key compared with the local caches before anything is written. A key the local
+    cache answers differently (another llama.cpp build, a prompt-prefix reuse that rounds differently: replayed
+    tables would differ) is a conflict: refused, nothing written, unless `prefer` says which side wins."""
     try:
         text = gzip.decompress(Path(path).read_bytes()).decode("utf-8")
     except (OSError, EOFError) as exc:
         raise DataError(path, f"not a gzip'd responses file: {exc}") from None
-    return _load_responses(text, path, cache_dir=cache_dir, replace=replace)
+    plan = _plan_responses(text, path, cache_dir=cache_dir, prefer=prefer)
+    return _write_responses(plan)
 
 
 def _key_rule(lines: list[str], path) -> int:
@@ -188,45 +252,85 @@ def rekey_responses(src: Path, out: Path) -> dict:
     return counts | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
 
 
-def _load_responses(text: str, path, *, cache_dir: Path | None = None, replace: bool = False) -> dict:
+def _plan_responses(text: str, path, *, cache_dir: Path | None = None, prefer: str | None = None) -> dict:
+    """Parse, re-key and compare every line of a responses file with the local caches; write nothing. Refuses a
+    bad line (by row) or, without `prefer`, any key the local caches answer differently."""
     from balms.agents.raptor import SummaryCache
     from balms.models.base import Completion
     from balms.models.cache import ResponseCache
     from balms.models.registry import additions_for_model_id
 
+    if prefer not in (None, *PREFER):
+        raise ValueError(f"prefer must be one of {PREFER} or None, got {prefer!r}")
     cdir = cache_dir or paths.cache_dir()
     lines = text.splitlines()
     rule = _key_rule(lines, path)
+    responses, summaries, rekeyed = [], [], 0
+    for i, line in enumerate(lines[1:], 2):
+        try:
+            rec = json.loads(line)
+            rekeyed += _upgrade(rec, rule)
+            if rec["table"] == "responses":
+                responses.append((rec["key"], {"model_id": rec["model_id"], "imported_from": str(path)},
+                                  Completion(**rec["completion"])))
+            elif rec["table"] == "raptor_summaries":
+                r = rec["row"]
+                summaries.append(((r["dataset"], r["user"], r["day"], r["model_id"], r["leaves_sha"]), r["summary"],
+                                  {c: r.get(c) for c in SummaryCache.USAGE} if r.get("latency_s") is not None
+                                  else None))
+            else:
+                raise KeyError(f"unknown table {rec['table']!r}")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(path, f"bad line: {exc}", row=i) from None
+    conflicts = []  # (what, key) the local caches answer differently
+    rpath, spath = cdir / "responses.sqlite", cdir / "raptor_summaries.sqlite"
+    if rpath.exists():  # an absent cache is not created by a refused import
+        cache = ResponseCache(rpath, additions_of=additions_for_model_id)
+        try:
+            for key, _, comp in responses:
+                local = cache.get(key)  # digest checked: a damaged local entry is named, not compared
+                if local is not None and local.text != comp.text:
+                    conflicts.append(("response", key))
+        finally:
+            cache.close()
+    if spath.exists() and summaries:
+        local_summ = SummaryCache(spath)
+        for key, text_, _ in summaries:
+            got = local_summ.get(key)
+            if got is not None and got[0] != text_:
+                conflicts.append(("RAPTOR summary", key))
+    if conflicts and prefer is None:
+        what, key = conflicts[0]
+        shown = key if isinstance(key, str) else "/".join(key)
+        raise DataError(path, f"{len(conflicts)} entr(y/ies) differ from the local caches in {cdir} (first: {what} "
+                        f"{shown}); nothing written: pass --prefer bundle (take the file's) or --prefer local (keep "
+                        "yours), or import into an empty BALMS_CACHE_DIR")
+    return {"cache_dir": cdir, "responses": responses, "summaries": summaries, "prefer": prefer,
+            "conflicts": conflicts, "rekeyed": rekeyed}
+
+
+def _write_responses(plan: dict) -> dict:
+    """Write a checked plan: the responses in one transaction, then the summaries (the file's side winning only
+    where `prefer` is "bundle")."""
+    from balms.agents.raptor import SummaryCache
+    from balms.models.cache import ResponseCache
+    from balms.models.registry import additions_for_model_id
+
+    cdir, bundle_wins = plan["cache_dir"], plan["prefer"] == "bundle"
+    conflicting = {key for _, key in plan["conflicts"]}  # response keys (str) and summary keys (tuples)
     cache = ResponseCache(cdir / "responses.sqlite", additions_of=additions_for_model_id)
-    summaries = SummaryCache(cdir / "raptor_summaries.sqlite")
-    n = {"responses": 0, "raptor_summaries": 0, "conflicts": 0, "replaced" if replace else "kept_local": 0,
-         "rekeyed": 0}
     try:
-        for i, line in enumerate(lines[1:], 2):
-            try:
-                rec = json.loads(line)
-                n["rekeyed"] += _upgrade(rec, rule)
-                if rec["table"] == "responses":
-                    comp = Completion(**rec["completion"])
-                    local = cache.get(rec["key"])
-                    if local is not None and local.text != comp.text:
-                        n["conflicts"] += 1
-                        n["replaced" if replace else "kept_local"] += 1
-                    cache.put(rec["key"], {"model_id": rec["model_id"], "imported_from": str(path)}, comp,
-                              replace=replace)
-                elif rec["table"] == "raptor_summaries":
-                    r = rec["row"]
-                    key = (r["dataset"], r["user"], r["day"], r["model_id"], r["leaves_sha"])
-                    summaries.put(key, r["summary"], {c: r.get(c) for c in SummaryCache.USAGE}
-                                  if r.get("latency_s") is not None else None)
-                else:
-                    raise KeyError(f"unknown table {rec['table']!r}")
-            except (KeyError, TypeError, ValueError) as exc:
-                raise DataError(path, f"bad line: {exc}", row=i) from None
-            n[rec["table"]] += 1
+        cache.put_many(plan["responses"], replace=conflicting if bundle_wins else set())
     finally:
         cache.close()
-    return n
+    if plan["summaries"]:
+        summaries = SummaryCache(cdir / "raptor_summaries.sqlite")
+        for key, text, usage in plan["summaries"]:
+            if bundle_wins or key not in conflicting:
+                summaries.put(key, text, usage)
+    n = len(plan["conflicts"])
+    return {"responses": len(plan["responses"]), "raptor_summaries": len(plan["summaries"]), "conflicts": n,
+            ("replaced" if bundle_wins else "kept_local"): n, "rekeyed": plan["rekeyed"]}
 
 
 # ------------------------------------------------------------------------------------------ bundles ------
@@ -270,22 +374,16 @@ def _sha(data: bytes) -> str:
 
 def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | None = None,
                   keys: set[str] | None = None) -> dict:
-    """One archive with the profile's runs, the responses they used, checksums and provenance. `keys`: only the
-    run files of these cells (the CLI passes the cells the profile declares now; superseded files stay out)."""
-    from balms.cellspec import key_of_run_file as key_of
-
+    """One archive with the profile's runs, the responses their records name (each verified against its digest;
+    refused when one is missing) and the runs' RAPTOR summaries, checksums and provenance. `keys`: only the run
+    files of these cells (the CLI passes the cells the profile declares now; superseded files stay out)."""
     root = paths.runs_dir() / profile
-    if not root.is_dir():
-        raise DataError(root, f"no runs for profile {profile!r}: run `make paper PROFILE={profile}` first")
+    picked = run_files(profile, keys)
     out = Path(out) if out else paths.PROJECT_ROOT / "results" / profile / f"{profile}.bundle.tar.gz"
     files: dict[str, bytes] = {}
     fingerprints: dict[str, set] = {}
     builds, commits = set(), set()
-    for f in sorted(root.rglob("*")):
-        if not f.is_file() or f.suffix in (".lock", ".tmp") or f.name == "cache_keys.log":
-            continue
-        if keys is not None and key_of(f) not in keys:
-            continue
+    for f in picked:
         rel = f"runs/{profile}/{f.relative_to(root).as_posix()}"
         files[rel] = f.read_bytes()
         if f.name.endswith(".manifest.json"):
@@ -295,7 +393,7 @@ def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | No
                 fingerprints.setdefault(cell["dataset"], set()).add(cell.get("data_fingerprint"))
             builds.add(man.get("llama_cpp_build"))
             commits.add((man.get("git") or {}).get("commit"))
-    payload, counts = responses_payload(profile, cache_dir=cache_dir)
+    payload, counts = responses_payload(profile, cache_dir=cache_dir, files=picked)
     files["responses.jsonl"] = payload
     files["README.md"] = BUNDLE_README.format(profile=profile, name=out.name).encode()
     meta = {"format": BUNDLE_FORMAT, "profile": profile,
@@ -359,8 +457,13 @@ def check_data(meta: dict, raw_root: str | None = None) -> list[str]:
 
 
 def import_bundle(path: Path, *, cache_dir: Path | None = None, check_local_data: bool = True,
-                  raw_root: str | None = None) -> dict:
-    """Verify, then install the runs (refusing to overwrite different files) and the responses."""
+                  raw_root: str | None = None, prefer: str | None = None) -> dict:
+    """Verify everything, then install the runs and the responses, all or nothing.
+
+    Refused before anything is written: a changed or missing file (checksums), other local data, a run file that
+    exists here with other content, a response or summary the local caches answer differently (unless `prefer`
+    says which side wins, see `import_responses`). Run files are staged beside their destinations and moved in
+    only once the responses are stored; a failure removes what was staged."""
     meta, files = verify_bundle(Path(path))
     if check_local_data:
         probs = check_data(meta, raw_root)
@@ -368,19 +471,36 @@ def import_bundle(path: Path, *, cache_dir: Path | None = None, check_local_data
             raise DataError(path, "the local data differ from the data the bundle was made with: "
                             + "; ".join(probs) + " (point BALMS_RAW_DIR at the same data, or pass --no-data-check "
                             "to install anyway: cells will then re-run against your data)")
-    installed = 0
+    todo, same, clash = [], 0, []
     for name, data in sorted(files.items()):
         if not name.startswith("runs/"):
             continue
         dest = paths.runs_dir() / Path(name).relative_to("runs")
-        if dest.exists() and dest.read_bytes() != data:
-            raise DataError(dest, f"exists with different content; move it away before importing {path}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(data)
-        installed += 1
-    counts = _load_responses(files["responses.jsonl"].decode("utf-8"), f"{path}:responses.jsonl",
-                             cache_dir=cache_dir)
-    return {"profile": meta["profile"], "run_files": installed, **counts}
+        if dest.exists():
+            if dest.read_bytes() == data:
+                same += 1
+                continue
+            clash.append(dest)
+        todo.append((dest, data))
+    if clash:
+        raise DataError(clash[0], f"exists with different content ({len(clash)} run file(s) of {path} do); nothing "
+                        "installed: move them away before importing")
+    plan = _plan_responses(files["responses.jsonl"].decode("utf-8"), f"{path}:responses.jsonl",
+                           cache_dir=cache_dir, prefer=prefer)
+    staged = []
+    try:
+        for dest, data in todo:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(dest.name + ".import.tmp")
+            tmp.write_bytes(data)
+            staged.append((tmp, dest))
+        counts = _write_responses(plan)
+        for tmp, dest in staged:
+            os.replace(tmp, dest)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+    return {"profile": meta["profile"], "run_files": len(todo), "run_files_already_here": same, **counts}
 
 
 def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol: float = 1e-9) -> list[str]:
@@ -417,13 +537,16 @@ def register(sub) -> None:
     """`balms bundle export|import|verify|export-responses|import-responses|rekey-responses|compare`."""
     p = sub.add_parser("bundle", help="carry a profile's model responses to another machine and check tables")
     s = p.add_subparsers(dest="cmd", required=True)
-    e = s.add_parser("export-responses", help="the responses a profile's runs used -> one .jsonl.gz")
+    e = s.add_parser("export-responses", help="the responses a profile's records name -> one .jsonl.gz")
     e.add_argument("--profile", required=True)
     e.add_argument("--out", required=True)
+    e.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
+    e.add_argument("--all", action="store_true", help="every run file, superseded cells too")
+    prefer_help = ("which side wins where the local caches answer a key differently (default: refuse, write "
+                   "nothing and exit 2)")
     i = s.add_parser("import-responses", help="load an exported responses file into the local caches")
     i.add_argument("file")
-    i.add_argument("--replace", action="store_true",
-                   help="the file's response wins where the local cache answers the same key differently")
+    i.add_argument("--prefer", choices=PREFER, default=None, help=prefer_help)
     r = s.add_parser("rekey-responses", help="a responses file (or a bundle's responses) written under an earlier "
                      "response-key rule -> the same responses under the current one (no model call)")
     r.add_argument("src", help="a .jsonl.gz responses file or a .bundle.tar.gz")
@@ -436,6 +559,7 @@ def register(sub) -> None:
     bi = s.add_parser("import", help="verify a bundle's checksums and data, then install its runs and responses")
     bi.add_argument("file")
     bi.add_argument("--no-data-check", action="store_true", help="install even if the local data differ")
+    bi.add_argument("--prefer", choices=PREFER, default=None, help=prefer_help)
     v = s.add_parser("verify", help="check a bundle's checksums without installing it")
     v.add_argument("file")
     c = s.add_parser("compare", help="regenerated tables vs committed ones (latency columns aside)")
@@ -444,34 +568,41 @@ def register(sub) -> None:
     c.add_argument("--profile", default="demo")
 
     def run(a) -> int:
+        from balms.models.cache import CacheIntegrityError
+
         try:
             return _dispatch(a)
-        except DataError as exc:
+        except (DataError, CacheIntegrityError) as exc:
             print(f"balms bundle: {exc}", file=sys.stderr)
             return 2
 
     def _dispatch(a) -> int:
-        if a.cmd == "export":
+        if a.cmd in ("export", "export-responses"):
             from balms.experiments.runfiles import profile_keys
 
             keys = None if a.all else profile_keys(a.profile, a.set)
-            print(json.dumps(export_bundle(a.profile, Path(a.out) if a.out else None, keys=keys)))
+        if a.cmd == "export":
+            got = export_bundle(a.profile, Path(a.out) if a.out else None, keys=keys)
+            print(json.dumps(got))
+            _packed(got)
         elif a.cmd == "import":
-            print(json.dumps(import_bundle(Path(a.file), check_local_data=not a.no_data_check)))
+            print(json.dumps(import_bundle(Path(a.file), check_local_data=not a.no_data_check, prefer=a.prefer)))
         elif a.cmd == "verify":
             meta, _ = verify_bundle(Path(a.file))
             print(json.dumps({"profile": meta["profile"], "files": len(meta["files"]), **meta["counts"]}))
         elif a.cmd == "export-responses":
-            print(json.dumps(export_responses(a.profile, Path(a.out))))
+            got = export_responses(a.profile, Path(a.out), keys=keys)
+            print(json.dumps(got))
+            _packed(got)
         elif a.cmd == "rekey-responses":
             print(json.dumps(rekey_responses(Path(a.src), Path(a.out))))
         elif a.cmd == "import-responses":
-            got = import_responses(Path(a.file), replace=a.replace)
+            got = import_responses(Path(a.file), prefer=a.prefer)
             print(json.dumps(got))
-            if got["conflicts"] and not a.replace:
-                print(f"balms bundle: {got['conflicts']} key(s) already in the local cache with a different "
-                      "response were kept; tables replayed here can differ from the exporter's "
-                      "(--replace to take the file's, or import into an empty BALMS_CACHE_DIR)", file=sys.stderr)
+            if got["conflicts"]:
+                print(f"balms bundle: {got['conflicts']} entr(y/ies) differed from the local caches; "
+                      f"--prefer {a.prefer}: {'the file' if a.prefer == 'bundle' else 'yours'} won",
+                      file=sys.stderr)
         else:
             from balms.paths import output_dirs
 
@@ -481,5 +612,9 @@ def register(sub) -> None:
             print(f"{len(probs)} table(s) differ" if probs else "every committed table reproduced")
             return 1 if probs else 0
         return 0
+
+    def _packed(got: dict) -> None:
+        print(f"balms bundle: packed {got['responses']} response(s) named by {got['records']} record(s) and "
+              f"{got['verdicts']} judge verdict(s), {got['raptor_summaries']} RAPTOR summaries", file=sys.stderr)
 
     p.set_defaults(func=run)

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     ("plan", "balms.experiments.plan"),
     ("runs", "balms.experiments.runfiles"),
     ("bundle", "balms.bundle"),
+    ("cache", "balms.cache_cli"),
     ("deploy", "balms.deploy_cli"),
     ("sandbox", "balms.sandbox.cli"),
     ("judge", "balms.judges.cli"),

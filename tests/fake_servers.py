@@ -287,7 +287,8 @@ class TinyAgent:
         steps, pt, ct, lat = [], 0, 0, 0.0
         for k in range(self.n_calls):
             c = backend.generate(msgs, params)
-            steps += [Step(kind="prompt", content=msgs[-1].content), Step(kind="completion", content=c.text)]
+            steps += [Step(kind="prompt", content=msgs[-1].content),
+                      Step(kind="completion", content=c.text, meta={"response_key": c.cache_key})]
             pt, ct, lat = pt + c.prompt_tokens, ct + c.completion_tokens, lat + c.latency_s
             msgs = msgs + [Message("assistant", c.text), Message("user", f"Step {k + 2}: continue.")]
         m = re.search(r"Answer:\s*(-?\d+)", c.text)

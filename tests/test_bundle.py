@@ -1,6 +1,6 @@
-"""Responses travel: the subset of the cache a profile used is exported deterministically, imported on a
-fresh cache, and replays the same records with zero model calls; regenerated tables are compared with the
-committed ones, latency aside."""
+"""Responses travel: the responses a profile's records name are exported deterministically (refused when one is
+missing or altered), imported all or nothing on a fresh cache, and replay the same records with zero model calls;
+regenerated tables are compared with the committed ones, latency aside."""
 
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ def test_export_import_replay_round_trip(tmp_path, monkeypatch):
     samples = make_samples(5)
     other = ResponseCache(tmp_path / "c1" / "responses.sqlite")
     CachedBackend(FakeBackend(), other).generate(*_unrelated())  # other traffic in the same cache: not exported
-    monkeypatch.setenv("BALMS_CACHE_JOURNAL", str(bundle.journal_path("p")))
     out1 = runs / "p" / "pmdata" / "run.jsonl"
     run_samples(TinyAgent(n_calls=2), CachedBackend(FakeBackend(), other), samples, None, out1, progress=False)
     other.close()
@@ -38,7 +37,6 @@ def test_export_import_replay_round_trip(tmp_path, monkeypatch):
     again = bundle.export_responses("p", tmp_path / "again.jsonl.gz", cache_dir=tmp_path / "c1")
     assert again["sha256"] == info["sha256"]  # deterministic bytes
 
-    monkeypatch.delenv("BALMS_CACHE_JOURNAL")
     assert bundle.import_responses(f, cache_dir=tmp_path / "c2")["responses"] == 10
     fresh = ResponseCache(tmp_path / "c2" / "responses.sqlite")
     out2 = tmp_path / "replay.jsonl"
@@ -85,7 +83,6 @@ def _make_profile_runs(tmp_path, monkeypatch, profile="p", dataset="pmdata", fp=
     from balms.cellspec import CellSpec
 
     monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("BALMS_CACHE_JOURNAL", str(bundle.journal_path(profile)))
     samples = make_samples(3)
     spec = CellSpec(dataset=dataset, system="tiny", model="fake", model_id="fake-model", cot=False, lookback=14,
                     sample_ids=tuple(s.sample_id for s in samples), data_fingerprint=fp, code_fingerprint="c")
@@ -93,7 +90,6 @@ def _make_profile_runs(tmp_path, monkeypatch, profile="p", dataset="pmdata", fp=
     out = spec.run_path(tmp_path / "runs" / profile)
     run_samples(TinyAgent(), CachedBackend(FakeBackend(), cache), samples, None, out, progress=False, spec=spec)
     cache.close()
-    monkeypatch.delenv("BALMS_CACHE_JOURNAL")
     return out
 
 
@@ -155,42 +151,171 @@ def test_data_check_finds_the_real_data_as_make_does(monkeypatch):
     assert bundle.check_data({"data_fingerprints": {"pmdata": ["0" * 16]}}) != []
 
 
-def test_import_counts_keys_the_local_cache_answers_differently(tmp_path):
+def _response_file(tmp_path, text: str):
+    lines = [json.dumps({"format": bundle.FORMAT, "profile": "p"})] + [
+        json.dumps({"table": "responses", "key": k, "model_id": "m",
+                    "completion": {"text": t, "model_id": "m", "prompt_tokens": 3, "completion_tokens": 1}})
+        for k, t in (("k1", "same"), ("k2", text))]  # the differing key last: nothing before it may be written
+    f = tmp_path / f"{text}.jsonl.gz"
+    f.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    return f
+
+
+def test_a_differing_local_response_is_refused_unless_told_which_side_wins(tmp_path, monkeypatch, capsys):
     """The same request answered differently on two machines (another llama.cpp build, prefix reuse rounding
-    otherwise) is not silently resolved: the import counts it, keeps the local row by default, takes the file's
-    with replace=True."""
-    def one_response_file(text: str):
-        lines = [json.dumps({"format": bundle.FORMAT, "profile": "p"})] + [
-            json.dumps({"table": "responses", "key": k, "model_id": "m",
-                        "completion": {"text": t, "model_id": "m", "prompt_tokens": 3, "completion_tokens": 1}})
-            for k, t in (("k1", text), ("k2", "same"))]
-        f = tmp_path / f"{text}.jsonl.gz"
-        f.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-        return f
+    otherwise) is never resolved silently: the import writes nothing and exits non-zero, unless --prefer says."""
+    import sqlite3
+
+    from balms.cli import main
 
     local = tmp_path / "local"
-    assert bundle.import_responses(one_response_file("ours"), cache_dir=local)["conflicts"] == 0
-    got = bundle.import_responses(one_response_file("theirs"), cache_dir=local)
-    assert got["responses"] == 2 and got["conflicts"] == 1 and got["kept_local"] == 1
-    assert ResponseCache(local / "responses.sqlite").get("k1").text == "ours"
-    got = bundle.import_responses(one_response_file("theirs"), cache_dir=local, replace=True)
+    bundle.import_responses(_response_file(tmp_path, "ours"), cache_dir=local)
+    con = sqlite3.connect(local / "responses.sqlite")
+    con.execute("DELETE FROM responses WHERE key = 'k1'")  # so a half-written import would show as k1 back
+    con.commit()
+    con.close()
+    theirs = _response_file(tmp_path, "theirs")
+    with pytest.raises(DataError, match="1 entr.*differ.*response k2.*nothing written.*--prefer"):
+        bundle.import_responses(theirs, cache_dir=local)
+    assert ResponseCache(local / "responses.sqlite").get("k1") is None  # all or nothing
+    monkeypatch.setenv("BALMS_CACHE_DIR", str(local))
+    assert main(["bundle", "import-responses", str(theirs)]) == 2
+    assert "k2" in capsys.readouterr().err
+    assert main(["bundle", "import-responses", str(theirs), "--prefer", "local"]) == 0
+    assert "yours won" in capsys.readouterr().err
+    cache = ResponseCache(local / "responses.sqlite")
+    assert cache.get("k2").text == "ours" and cache.get("k1").text == "same"
+    got = bundle.import_responses(theirs, cache_dir=local, prefer="bundle")
     assert got["conflicts"] == 1 and got["replaced"] == 1
-    assert ResponseCache(local / "responses.sqlite").get("k1").text == "theirs"
+    assert ResponseCache(local / "responses.sqlite").get("k2").text == "theirs"
 
 
-def test_a_call_that_fails_leaves_no_journal_line(tmp_path, monkeypatch):
-    """A run stopped mid-call (killed, or the backend failed) must not journal a key whose response was never
-    stored: export-responses would then refuse the whole profile ("journalled keys are not in the cache")."""
-    from balms.models.base import BackendError, GenParams, Message
+def test_export_refuses_a_missing_or_altered_response_and_a_record_without_keys(tmp_path, monkeypatch):
+    """The export packs what the records name, verified: a response gone from the cache, one altered after it was
+    stored, or a record that names none (written before records named them) is refused; nothing is written."""
+    import sqlite3
 
-    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("BALMS_CACHE_JOURNAL", str(bundle.journal_path("p")))
-    cache = ResponseCache(tmp_path / "c" / "responses.sqlite")
-    be = CachedBackend(FakeBackend(errors=[BackendError("server went away", transient=False)]), cache)
-    with pytest.raises(BackendError):
-        be.generate([Message("user", "first")], GenParams(max_tokens=4))
-    be.generate([Message("user", "second")], GenParams(max_tokens=4))  # computed and stored
-    be.generate([Message("user", "second")], GenParams(max_tokens=4))  # a hit: journalled again, same key
-    cache.close()
-    assert len(bundle.journal_path("p").read_text().splitlines()) == 2
-    assert bundle.export_responses("p", tmp_path / "r.jsonl.gz", cache_dir=tmp_path / "c")["responses"] == 1
+    from balms.models.cache import CacheIntegrityError
+
+    run_file = _make_profile_runs(tmp_path, monkeypatch)
+    db = tmp_path / "c1" / "responses.sqlite"
+    out = tmp_path / "r.jsonl.gz"
+    assert bundle.export_responses("p", out, cache_dir=tmp_path / "c1")["responses"] == 3
+    out.unlink()
+    keys = [st["meta"]["response_key"] for line in run_file.read_text().splitlines()
+            for st in json.loads(line)["transcript"] if "response_key" in st["meta"]]
+    con = sqlite3.connect(db)
+    con.execute("UPDATE responses SET completion = replace(completion, 'Answer', 'Answex') WHERE key = ?",
+                (keys[-1],))
+    con.commit()
+    with pytest.raises(CacheIntegrityError, match=keys[-1]):
+        bundle.export_responses("p", out, cache_dir=tmp_path / "c1")
+    con.execute("DELETE FROM responses WHERE key = ?", (keys[-1],))
+    con.commit()
+    con.close()
+    with pytest.raises(DataError, match=rf"1 of the 3 responses the records use are not in the cache \(first "
+                                        rf"{keys[-1]}, named by .*{run_file.name} row 3"):
+        bundle.export_bundle("p", tmp_path / "p.tar.gz", cache_dir=tmp_path / "c1")
+    lines = run_file.read_text().splitlines()
+    rec = json.loads(lines[0])
+    for st in rec["transcript"]:
+        st["meta"].pop("response_key", None)
+    run_file.write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
+    with pytest.raises(DataError, match=rf"{run_file.name} row 1.*1 record\(s\)/verdict\(s\) name no response keys"):
+        bundle.export_responses("p", out, cache_dir=tmp_path / "c1")
+    rec["n_steps"] = 0  # a system that calls no model names no response, and needs none: only row 3 is refused now
+    run_file.write_text("\n".join([json.dumps(rec)] + lines[1:]) + "\n")
+    with pytest.raises(DataError, match=r"1 of the 2 responses the records use are not in the cache"):
+        bundle.export_responses("p", out, cache_dir=tmp_path / "c1")
+    with pytest.raises(DataError, match="no run file of the profile's current cells among its 2 files"):
+        bundle.export_responses("p", out, cache_dir=tmp_path / "c1", keys={"not-a-cell"})  # an empty export: refused
+    assert not out.exists() and not (tmp_path / "p.tar.gz").exists()
+
+
+def test_a_refused_import_leaves_the_target_unchanged(tmp_path, monkeypatch):
+    """All or nothing: a run file that differs locally, found on the LAST file, stops the import before any run
+    file or response is written (the old loop had installed the files before it)."""
+    run_file = _make_profile_runs(tmp_path, monkeypatch)
+    f = tmp_path / "p.tar.gz"
+    bundle.export_bundle("p", f, cache_dir=tmp_path / "c1")
+    _, files = bundle.verify_bundle(f)
+    names = sorted(n for n in files if n.startswith("runs/"))
+    assert len(names) >= 2
+    target = tmp_path / "elsewhere"
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(target))
+    last = target / names[-1].removeprefix("runs/")
+    last.parent.mkdir(parents=True)
+    last.write_text("{}\n")  # the last file conflicts
+    before = sorted(p for p in target.rglob("*"))
+    with pytest.raises(DataError, match=f"{last.name}: exists with different content"):
+        bundle.import_bundle(f, cache_dir=tmp_path / "c2", check_local_data=False)
+    assert sorted(p for p in target.rglob("*")) == before and last.read_text() == "{}\n"
+    assert not (tmp_path / "c2").exists()
+    # a differing response refuses it too, before any run file is installed
+    last.unlink()
+    bundle.import_responses(_response_file_for(tmp_path, files, "changed"), cache_dir=tmp_path / "c2")
+    with pytest.raises(DataError, match="differ from the local caches"):
+        bundle.import_bundle(f, cache_dir=tmp_path / "c2", check_local_data=False)
+    assert not any(p.is_file() for p in target.rglob("*"))
+    got = bundle.import_bundle(f, cache_dir=tmp_path / "c2", check_local_data=False, prefer="bundle")
+    assert got["run_files"] == len(names) and got["replaced"] == 1
+    assert (target / run_file.relative_to(tmp_path / "runs")).read_bytes() == run_file.read_bytes()
+    assert not list(target.rglob("*.import.tmp"))
+
+
+def _response_file_for(tmp_path, files: dict, text: str):
+    """A responses file answering the bundle's first response differently."""
+    lines = files["responses.jsonl"].decode().splitlines()
+    rec = json.loads(lines[1])
+    rec["completion"]["text"] = text
+    f = tmp_path / "changed.jsonl.gz"
+    f.write_bytes(gzip.compress((lines[0] + "\n" + json.dumps(rec) + "\n").encode()))
+    return f
+
+
+@pytest.mark.slow  # PHIA starts its sandbox, RAPTOR and RAG their embedding model: a few minutes on 2 cores
+def test_export_after_a_notebook_run_packs_every_response_the_records_used(tmp_path, monkeypatch):
+    """Issue 37: after `balms run --notebooks ...` (no cache journal) the bundle held 3 responses for 9 records and
+    the consumer's replay failed. Now the records name their responses: the export packs them all (a replay from
+    the bundle alone, in an empty cache and a new runs folder, makes zero model calls and the same records)."""
+    import balms.experiments as ex
+    import balms.models.registry as reg
+    import balms.models.routing as routing
+    from balms.experiments.config import ExperimentConfig
+    from balms.experiments.grid import run_notebooks
+    from tests.test_experiments import Scripted
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(tmp_path / "no_raw"))  # -> synthetic cohorts
+    monkeypatch.setattr(routing, "check_models", lambda *a, **kw: {})
+    cfg = ExperimentConfig(profile="t", datasets=["pmdata"], systems=["healthllm", "rag", "raptor", "phia"],
+                           backbones=["scripted"], n_samples=2, notebooks=["01_prediction", "02_cot"])
+
+    def run_in(where: str, backend):
+        monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / where / "runs"))
+        monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / where / "cache"))
+        monkeypatch.setattr(reg, "get_backend", lambda name=None, **kw: CachedBackend(
+            backend, reg.shared_cache(), mode="replay" if isinstance(backend, NeverCalled) else "rw"))
+        ex.cohorts._cohort.cache_clear()
+        df = run_notebooks(cfg, ["01_prediction", "02_cot"])
+        judged = ex.judge_grid(cfg)
+        case = ex.judge_case_study(cfg)
+        return df, judged, case
+
+    scripted = Scripted()
+    df, judged, case = run_in("a", scripted)
+    assert scripted.calls > 0 and len(judged) and len(case)
+    got = bundle.export_bundle("t", tmp_path / "t.tar.gz", cache_dir=tmp_path / "a" / "cache")
+    assert got["records"] == len(df.drop_duplicates(["cell_key", "sample_id"]))  # a cell two notebooks declare: once
+    assert got["verdicts"] == len(judged) + len(case)
+    assert got["responses"] > 0 and got["raptor_summaries"] > 0
+
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "b" / "runs"))
+    meta, files = bundle.verify_bundle(tmp_path / "t.tar.gz")
+    bundle._write_responses(bundle._plan_responses(files["responses.jsonl"].decode(), "t",
+                                                   cache_dir=tmp_path / "b" / "cache"))
+    df2, judged2, case2 = run_in("b", NeverCalled(model_id=Scripted.model_id))  # the responses alone, no run files
+    cols = ["sample_id", "system", "cot", "prediction"]
+    assert df2[cols].sort_values(cols).values.tolist() == df[cols].sort_values(cols).values.tolist()
+    assert judged2["judge_status"].tolist() == judged["judge_status"].tolist()
+    assert case2.drop(columns=["judge_model"]).equals(case.drop(columns=["judge_model"]))
+    ex.cohorts._cohort.cache_clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -110,3 +111,96 @@ def test_wal_mode_and_each_response_committed(tmp_path):
     b.generate(MSGS, GenParams())
     # a second, independent connection sees it immediately (no pending transaction)
     assert len(ResponseCache(path)) == 1
+
+
+# ------------------------------------------------------------------------------------------ integrity ------
+def _alter(path, old: str, new: str) -> int:
+    """Change stored completions directly in SQLite (what a bad disk or a hand edit does); rows changed."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    n = con.execute("UPDATE responses SET completion = replace(completion, ?, ?) WHERE completion LIKE ?",
+                    (old, new, f"%{old}%")).rowcount
+    con.commit()
+    con.close()
+    return n
+
+
+def test_a_changed_byte_fails_the_next_run_naming_the_entry(tmp_path):
+    """Issue 37: "Answer: 3" turned into "Answer: 5" inside SQLite was served (0 calls, MAE moved, exit 0). Now the
+    next run's sample fails on that entry with its key named; the model is not called to paper over it."""
+    from balms.models.cache import CacheIntegrityError
+    from balms.runner import load_records, run_samples
+    from fake_servers import TinyAgent, make_samples
+
+    path = tmp_path / "c.sqlite"
+    samples = make_samples(20)
+    run_samples(TinyAgent(), CachedBackend(FakeBackend(), ResponseCache(path)), samples, None, tmp_path / "a.jsonl",
+                progress=False)
+    answered_3 = [r for r in load_records(tmp_path / "a.jsonl") if r.prediction == 3]
+    assert answered_3, "the fake backend answers 3 for one of these samples"
+    assert _alter(path, "Answer: 3", "Answer: 5") == len(answered_3)
+    bad_key = answered_3[0].transcript[-1].meta["response_key"]
+
+    fake = FakeBackend()
+    cache = ResponseCache(path)
+    with pytest.raises(CacheIntegrityError, match=rf"entry {bad_key} .*fails its digest check"):
+        cache.get(bad_key)
+    run_samples(TinyAgent(), CachedBackend(fake, cache), samples, None, tmp_path / "b.jsonl", progress=False)
+    recs = {r.sample_id: r for r in load_records(tmp_path / "b.jsonl")}
+    for r in answered_3:
+        assert recs[r.sample_id].status == "error" and r.transcript[-1].meta["response_key"] in recs[r.sample_id].error
+    bad_ids = {r.sample_id for r in answered_3}
+    assert all(recs[s.sample_id].status == "ok" for s in samples if s.sample_id not in bad_ids)
+    assert fake.calls == 0  # never recomputed behind the user's back
+    assert cache.verify()["bad"][0]["key"] == bad_key
+
+
+def test_cache_verify_command_names_bad_entries_and_exits_nonzero(tmp_path, capsys):
+    from balms.cli import main
+
+    b = CachedBackend(FakeBackend(), ResponseCache(tmp_path / "responses.sqlite"))
+    good = b.generate(MSGS, GenParams())
+    bad = b.generate([Message("user", "another")], GenParams())
+    assert main(["cache", "verify", "--cache-dir", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["checked"] == 2
+    import sqlite3
+
+    con = sqlite3.connect(tmp_path / "responses.sqlite")
+    con.execute("UPDATE responses SET completion = replace(completion, 'Reasoning', 'Reasonin!') WHERE key = ?",
+                (bad.cache_key,))
+    con.commit()
+    con.close()
+    assert main(["cache", "verify", "--cache-dir", str(tmp_path)]) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out)["bad"] == 1 and bad.cache_key in out.err and good.cache_key not in out.err
+    assert main(["cache", "verify", "--cache-dir", str(tmp_path), "--delete-bad"]) == 0
+    capsys.readouterr()
+    assert main(["cache", "verify", "--cache-dir", str(tmp_path)]) == 0
+    fake = FakeBackend()  # the removed entry is recomputed only by a run told to (mode rw)
+    assert CachedBackend(fake, ResponseCache(tmp_path / "responses.sqlite")).generate(
+        [Message("user", "another")], GenParams()).text == bad.text and fake.calls == 1
+
+
+def test_a_cache_from_before_digests_is_digested_once_and_then_checked(tmp_path):
+    """Rows written before digests existed are digested once, as found, when this version opens the cache."""
+    import sqlite3
+
+    path = tmp_path / "c.sqlite"
+    first = CachedBackend(FakeBackend(), ResponseCache(path)).generate(MSGS, GenParams())
+    con = sqlite3.connect(path)  # back to the old layout: no digest column
+    con.execute("ALTER TABLE responses DROP COLUMN digest")
+    con.commit()
+    con.close()
+    cache = ResponseCache(path)
+    assert cache.digested == 1 and ResponseCache(path).digested == 0
+    assert cache.get(first.cache_key).text == first.text and cache.verify()["bad"] == []
+    _alter(path, "Reasoning", "Reasonin!")
+    assert [b["key"] for b in cache.verify()["bad"]] == [first.cache_key]
+
+
+def test_served_completions_carry_their_key(tmp_path):
+    b = CachedBackend(FakeBackend(), ResponseCache(tmp_path / "c.sqlite"))
+    made, hit = b.generate(MSGS, GenParams()), b.generate(MSGS, GenParams())
+    assert made.cache_key == hit.cache_key == cache_key("fake-model", MSGS, GenParams())
+    assert CachedBackend(FakeBackend(), None, mode="off").generate(MSGS, GenParams()).cache_key is None

@@ -56,7 +56,7 @@ def test_installed_plugin_appears_in_plan_table3_report_and_bundle(tmp_path, rea
           EXAMPLE])
     runs, out = tmp_path / "runs", tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(site), "BALMS_RUNS_DIR": str(runs), "BALMS_OUTPUT_DIR": str(out),
-           "BALMS_RAW_DIR": str(real_data), "BALMS_CACHE_JOURNAL": str(runs / "smoke" / "cache_keys.log")}
+           "BALMS_RAW_DIR": str(real_data)}
     sets = "-p systems [healthllm,weekly_means] -p datasets [pmdata]"
     balms = [sys.executable, "-m", "balms.cli"]
     # the plan prices it, with the key of the run file it will write

@@ -72,6 +72,10 @@ class Episode:
         if comp.reasoning:
             step_meta["reasoning"] = comp.reasoning
             step_meta["reasoning_tokens"] = comp.reasoning_tokens
+        # the response this record used, by its cache key, so `balms bundle export` packs exactly what a replay
+        # needs; a day summary travels as a summary-cache row instead (read back via `replay`, which has no key)
+        if comp.cache_key and kind != "summary":
+            step_meta["response_key"] = comp.cache_key
         self.log(kind, comp.text, **step_meta)
         return comp
 

@@ -98,23 +98,37 @@ def case_study_items(path=None) -> list[dict]:
             for name, r in case["rationales"].items()]
 
 
+# the case study's verdicts, at the profile's runs root: they name the responses the study used, so those travel
+# in bundles with the runs' own (balms.bundle)
+CASE_STUDY_VERDICTS = "case_study_d1.judge.jsonl"
+
+
 def judge_case_study(cfg: ExperimentConfig, *, judge_model: str | None = None) -> pd.DataFrame:
     """The profile's judge (model, mode, grounding hint, budget) on case study D.1: one row per rationale with its
-    Tier-2 scores. Calls go through the response cache, so a replayed run reproduces it without a model."""
+    Tier-2 scores, its verdicts written to `CASE_STUDY_VERDICTS`. Calls go through the response cache, so a
+    replayed run reproduces it without a model."""
+    import json
+
+    from balms.jsonl_store import rewrite_jsonl
     from balms.judges.llm_judge import judge_rationale
     from balms.judges.rubric import TIER2
 
     judge_model = judge_model or cfg.judge_model
     judge = _judge_backend(cfg, judge_model)
-    rows = []
+    rows, verdicts = [], []
     for it in case_study_items():
         res = judge_rationale(judge, window_text=it["window_text"], gold=it["gold"], predicted=it["predicted"],
                               rationale=it["rationale"], scale=it["scale"], target=it["target"], window=it["window"],
                               **{k: v for k, v in _judge_options(cfg).items() if k != "window"})  # D.1's own window
+        verdicts.append(json.dumps({"case": it["name"], "judge_model": judge_model, **res.model_dump()},
+                                   default=str, sort_keys=True))
         rows.append({"rationale": it["name"], "paper_wrong_day_claims": it["paper_wrong_day"],
                      "judge_model": judge_model, "judge_mode": res.mode, "judge_status": res.status,
                      **{d: (float(res.tier2[d]) if res.tier2.get(d) is not None else float("nan"))
                         for d in TIER2}})  # every dimension a number; NaN where unscored
+    out = cfg.runs_root() / CASE_STUDY_VERDICTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rewrite_jsonl(out, verdicts)
     return pd.DataFrame(rows)
 
 

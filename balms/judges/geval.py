@@ -188,6 +188,8 @@ def judge_geval(backend: Backend, res, *, prefix: str, hint: str | None, top_log
         res.attempts += 1
         res.model_id = comp.model_id or res.model_id
         res.raw_outputs.append(comp.text)
+        if comp.cache_key:
+            res.response_keys.append(comp.cache_key)
         if not comp.logprobs:
             res.unscored_code = "no_logprobs"
             res.unscored_reason = (f"{res.model_id or 'the judge backend'} returned no token log-probabilities; "

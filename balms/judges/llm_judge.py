@@ -56,6 +56,7 @@ class JudgeResult(BaseModel):
     unscored_code: UnscoredCode | None = None
     unscored_reason: str | None = None
     raw_outputs: list[str] = Field(default_factory=list)  # every judge completion, in order
+    response_keys: list[str] = Field(default_factory=list)  # their response-cache keys (what `balms bundle` packs)
     attempts: int = 0  # model calls made (1, or 2 with the repair retry)
     model_id: str = ""
     meta: dict[str, Any] = Field(default_factory=dict)  # sample_id, dataset, system, model, ... of the record
@@ -301,6 +302,8 @@ def judge_rationale(
         res.attempts = attempt
         res.model_id = comp.model_id or model_id
         res.raw_outputs.append(comp.text)
+        if comp.cache_key:
+            res.response_keys.append(comp.cache_key)
         try:
             res.tier1, res.tier2, res.justifications = parse_judgement(comp.text)
         except JudgeOutputError as exc:

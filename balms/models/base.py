@@ -59,6 +59,9 @@ class Completion:
     # model's own distribution (before any grammar or schema constraint); None when not asked or not supported
     logprobs: list[dict[str, float]] | None = None
     raw: dict = field(default_factory=dict)  # provider payload subset, for debugging
+    # the response-cache key it was stored under (balms.models.cache), so a record can name the responses it used;
+    # None when no cache was involved
+    cache_key: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

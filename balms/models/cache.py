@@ -9,15 +9,20 @@ stored under the earlier rule (KEY_RULE 1: no additions) is re-keyed from its ke
 (`upgrade_key`), without its request: exported response files carry no requests (balms.bundle).
 Modes: "rw" (read, compute misses, write), "replay" (a miss is an error naming the request), "off".
 
-Journal: with `BALMS_CACHE_JOURNAL=<file>` every key served (hit or computed) is appended to that file, so the
-exact subset of the cache a profile's tables used can be exported and replayed elsewhere (`balms bundle`).
+Integrity: every row carries a digest (sha256 of its key, model id and stored completion), checked on every read.
+A row whose content no longer matches (a byte changed on disk, a hand edit) raises `CacheIntegrityError` naming
+its key: it is never served and never silently recomputed; `balms cache verify` checks a whole cache. Rows written
+before digests existed are digested once, as found, when this version first opens the cache (a digest can only
+catch changes made after it was written).
+
+Every completion served carries its key (`Completion.cache_key`); agents log it with each call
+(`balms.agents.common.Episode.call`), so a record names the responses a replay of it needs (`balms bundle`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 import time
 from dataclasses import fields
@@ -45,13 +50,29 @@ CREATE TABLE IF NOT EXISTS responses (
     model_id TEXT NOT NULL,
     request TEXT NOT NULL,
     completion TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    digest TEXT
 )
 """
 
 
 class CacheMissError(BackendError):
     """Replay-only mode met a request that was never recorded."""
+
+
+class CacheIntegrityError(BackendError):
+    """A stored response no longer matches its digest: it is not served (and not recomputed behind the user's back)."""
+
+    def __init__(self, path, key: str, problem: str):
+        super().__init__(f"response cache {path}: entry {key} {problem}; it is not served. Remove it with "
+                         f"`balms cache verify --delete-bad` (the next run in mode 'rw' then recomputes it) or "
+                         "restore the cache from a copy", transient=False)
+        self.key = key
+
+
+def row_digest(key: str, model_id: str, completion: str) -> str:
+    """What a row's digest covers: its key, model id and stored completion text (the request is for debugging)."""
+    return hashlib.sha256(json.dumps([key, model_id, completion], ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 # 1: the request only; 2: the request, then the backend's request additions (`upgrade_key`)
@@ -97,9 +118,26 @@ class ResponseCache:
     def __init__(self, path: str | Path, additions_of: Callable[[str], dict] | None = None):
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._conn = open_db(self.path, [_SCHEMA], autocommit=True)  # safe under concurrent first use
+        # safe under concurrent first use; a cache made before digests gets the column
+        self._conn = open_db(self.path, [_SCHEMA], add_columns={"responses": {"digest": "TEXT"}}, autocommit=True)
         self._readers = Readers(self.path)  # reads never wait behind the writer's lock (balms.stores)
         self.upgraded = self._upgrade(additions_of)
+        self.digested = self._digest_old_rows()
+
+    def _digest_old_rows(self) -> int:
+        """Digest the rows written before digests existed (once, in one transaction, trusting them as found)."""
+        if self._conn.execute("SELECT 1 FROM responses WHERE digest IS NULL LIMIT 1").fetchone() is None:
+            return 0
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = self._conn.execute("SELECT key, model_id, completion FROM responses WHERE digest IS NULL").fetchall()
+            self._conn.executemany("UPDATE responses SET digest = ? WHERE key = ?",
+                                   [(row_digest(*r), r[0]) for r in rows])
+            self._conn.execute("COMMIT")
+            return len(rows)
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
 
     def _upgrade(self, additions_of) -> int:
         """Re-key rows stored under an earlier rule (once, in one transaction); how many keys changed."""
@@ -117,12 +155,17 @@ class ResponseCache:
                     adds = additions_of(mid)
                     if not adds:
                         continue
-                    rows = self._conn.execute("SELECT key, request FROM responses WHERE model_id = ?",
-                                              (mid,)).fetchall()
-                    for key, req in rows:
+                    rows = self._conn.execute("SELECT key, request, completion, digest FROM responses "
+                                              "WHERE model_id = ?", (mid,)).fetchall()
+                    for key, req, comp, dig in rows:
+                        if dig is not None and dig != row_digest(key, mid, comp):
+                            raise CacheIntegrityError(self.path, key, "fails its digest check (found while "
+                                                      "re-keying the cache)")
                         request = json.loads(req) | {"request_additions": dict(adds)}
-                        self._conn.execute("UPDATE responses SET key = ?, request = ? WHERE key = ?",
-                                           (upgrade_key(key, adds), json.dumps(request, ensure_ascii=False), key))
+                        new = upgrade_key(key, adds)
+                        self._conn.execute("UPDATE responses SET key = ?, request = ?, digest = ? WHERE key = ?",
+                                           (new, json.dumps(request, ensure_ascii=False),
+                                            None if dig is None else row_digest(new, mid, comp), key))
                         n += 1
                 self._conn.execute(f"PRAGMA user_version = {KEY_RULE}")
             self._conn.execute("COMMIT")
@@ -131,25 +174,84 @@ class ResponseCache:
             self._conn.execute("ROLLBACK")
             raise
 
-    def get(self, key: str) -> Completion | None:
-        with self._readers.connection() as con:
-            row = con.execute("SELECT completion FROM responses WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            return None
-        data = json.loads(row[0])
-        return Completion(**{k: v for k, v in data.items() if k in _COMPLETION_FIELDS})
+    def _checked(self, key: str, model_id: str, blob: str, digest: str | None) -> Completion:
+        """The row as a Completion, after its digest check (`CacheIntegrityError` naming the key if it fails)."""
+        if digest is None:
+            raise CacheIntegrityError(self.path, key, "has no digest (written by an older balms while this one had "
+                                      "the cache open)")
+        if digest != row_digest(key, model_id, blob):
+            raise CacheIntegrityError(self.path, key, f"(model {model_id}) fails its digest check: its stored "
+                                      "completion or key changed after it was written")
+        data = json.loads(blob)
+        comp = Completion(**{k: v for k, v in data.items() if k in _COMPLETION_FIELDS})
+        comp.cache_key = key
+        return comp
 
-    def put(self, key: str, request: dict, completion: Completion, *, replace: bool = False) -> None:
-        """Store a response; an existing row for the key is kept unless `replace` (an import told to)."""
+    def get(self, key: str) -> Completion | None:
+        """The stored response of `key` (its digest checked), or None on a miss."""
+        with self._readers.connection() as con:
+            row = con.execute("SELECT model_id, completion, digest FROM responses WHERE key = ?", (key,)).fetchone()
+        return None if row is None else self._checked(key, *row)
+
+    def get_row(self, key: str) -> tuple[str, dict] | None:
+        """(model id, stored completion dict) of `key` after its digest check, as exports write it; None on a miss."""
+        comp = self.get(key)
+        if comp is None:
+            return None
+        with self._readers.connection() as con:
+            model_id, blob = con.execute("SELECT model_id, completion FROM responses WHERE key = ?", (key,)).fetchone()
+        return model_id, json.loads(blob)
+
+    def verify(self) -> dict:
+        """Check every row's digest: {"checked": n, "bad": [{"key", "model_id", "problem"}, ...]}."""
+        bad, n = [], 0
+        with self._readers.connection() as con:
+            for key, model_id, blob, digest in con.execute("SELECT key, model_id, completion, digest FROM responses "
+                                                           "ORDER BY key"):
+                n += 1
+                try:
+                    self._checked(key, model_id, blob, digest)
+                except (CacheIntegrityError, ValueError, TypeError) as exc:
+                    bad.append({"key": key, "model_id": model_id, "problem": str(exc)})
+        return {"checked": n, "bad": bad}
+
+    def delete(self, keys: Sequence[str]) -> int:
+        """Remove these rows (`balms cache verify --delete-bad`); how many were removed."""
+        with self._lock:
+            cur = self._conn.executemany("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
+            return cur.rowcount
+
+    @staticmethod
+    def _row(key: str, request: dict, completion: Completion) -> tuple:
         data = completion.to_dict()
         data["cached"] = False
+        data.pop("cache_key", None)  # the row's key
         blob = json.dumps(data, ensure_ascii=False, default=str)
-        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        model_id = request["model_id"]
+        return (key, model_id, json.dumps(request, ensure_ascii=False), blob, time.time(),
+                row_digest(key, model_id, blob))
+
+    _INSERT = "INTO responses (key, model_id, request, completion, created_at, digest) VALUES (?,?,?,?,?,?)"
+
+    def put(self, key: str, request: dict, completion: Completion, *, replace: bool = False) -> None:
+        """Store a response with its digest; an existing row for the key is kept unless `replace`."""
         with self._lock:
-            self._conn.execute(
-                f"{verb} INTO responses (key, model_id, request, completion, created_at) VALUES (?,?,?,?,?)",
-                (key, request["model_id"], json.dumps(request, ensure_ascii=False), blob, time.time()),
-            )
+            self._conn.execute(f"{'INSERT OR REPLACE' if replace else 'INSERT OR IGNORE'} {self._INSERT}",
+                               self._row(key, request, completion))
+
+    def put_many(self, rows: Sequence[tuple[str, dict, Completion]], *, replace: set[str] = frozenset()) -> None:
+        """Store (key, request, completion) rows in one transaction (an import: all or none); existing rows are kept
+        except those whose key is in `replace`."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for key, request, completion in rows:
+                    verb = "INSERT OR REPLACE" if key in replace else "INSERT OR IGNORE"
+                    self._conn.execute(f"{verb} {self._INSERT}", self._row(key, request, completion))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
 
     def has_model(self, model_id: str) -> bool:
         """Whether any response was recorded for this exact model id (replay of a served-only name)."""
@@ -187,15 +289,6 @@ class CachedBackend:
         self._stats_lock = threading.Lock()
         self._inflight: dict[str, threading.Lock] = {}
         self._inflight_lock = threading.Lock()
-        self._journal_lock = threading.Lock()
-
-    def _journal(self, key: str) -> None:
-        path = os.environ.get("BALMS_CACHE_JOURNAL")
-        if not path:
-            return
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with self._journal_lock, open(path, "a", encoding="utf-8") as fh:
-            fh.write(key + "\n")
 
     def stats(self) -> dict:
         with self._stats_lock:
@@ -229,15 +322,10 @@ class CachedBackend:
                 with lock:
                     hit = self.cache.get(key)  # another thread may have just computed it
                     if hit is None:
-                        completion = self._compute(key, messages, params, timeout_s)
-                        # journalled once stored: a call that failed or was killed mid-generation leaves no
-                        # key the export would then find missing from the cache
-                        self._journal(key)
-                        return completion
+                        return self._compute(key, messages, params, timeout_s)
             finally:
                 with self._inflight_lock:
                     self._inflight.pop(key, None)
-        self._journal(key)
         self._count(True)
         hit.cached = True
         return hit
@@ -259,4 +347,6 @@ class CachedBackend:
         self._count(False)
         completion = self._call(messages, params, timeout_s)  # errors propagate and are never stored
         self.cache.put(key, request_payload(self.model_id, messages, params, self.request_additions), completion)
+        completion.cache_key = key
         return completion
+
