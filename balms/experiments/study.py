@@ -272,25 +272,35 @@ def ours_sentence(table: pd.DataFrame) -> str:
     return " ".join(out) or "No comparison of ours in this table."
 
 
-def answer_shares(records: pd.DataFrame) -> pd.DataFrame:
+def answer_shares(records: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Each cell's commonest answer and its share of the cell's days (unparseable answers count as one value):
-    a share of 1.0 is a cell that gave the same answer on every day, whatever the data said. One row per cell
-    (a look-back sweep's L14 cell is not the zero-shot cell: its days are drawn at the longest look-back)."""
-    cols = [c for c in ("dataset", "system", "model", "cot", "lookback", "executor") if c in records.columns]
+    a share of 1.0 is a cell that gave the same answer on every day, whatever the data said. Beside it the metrics
+    blind to the commonest answer (`balms.metrics.collapse_metrics`: class-averaged MAE, quadratic weighted kappa,
+    within-person Spearman with its participant-bootstrap interval) and the collapse flag (the answer's share above
+    the commonest label's by more than 20 points). One row per cell (a look-back sweep's L14 cell is not the
+    zero-shot cell: its days are drawn at the longest look-back)."""
+    cols = [c for c in ("dataset", "system", "model", "cot", "lookback", "executor", "data_transform")
+            if c in records.columns]
     rows = []
     for key, g in records.drop_duplicates(["cell_key", "sample_id"]).groupby("cell_key", sort=False):
         counts = _labels(g).value_counts()
+        cm = metrics.collapse_metrics(g, n_boot=n_boot, seed=seed)
         rows.append({**g.iloc[0][cols].to_dict(), "cell": str(key)[:12], "n": len(g),
                      "modal_answer": counts.index[0], "modal_share": round(counts.iloc[0] / len(g), 3),
                      "distinct_answers": len(counts),
-                     "gold_modal_share": round(g["label"].value_counts().iloc[0] / len(g), 3)})
+                     "gold_modal_share": round(g["label"].value_counts().iloc[0] / len(g), 3),
+                     **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in cm.items()
+                        if k in ("class_averaged_mae", "qwk", "within_person_spearman", "spearman_ci_low",
+                                 "spearman_ci_high", "spearman_n_users", "collapse")}})
     return pd.DataFrame(rows)
 
 
 def answers_sentence(answers: pd.DataFrame) -> str:
     """Which cells gave one answer on every day, from `answer_shares`."""
     one = answers[answers.modal_share == 1.0]
-    return (f"{len(one)} of {len(answers)} cells gave one answer on every day: "
+    flagged = (f"{int(answers['collapse'].sum())} of {len(answers)} cells raise the collapse flag (commonest answer's "
+               "share more than 20 points above the commonest label's). ") if "collapse" in answers else ""
+    return flagged + (f"{len(one)} of {len(answers)} cells gave one answer on every day: "
             + "; ".join(f"{r.dataset} {r.system} {r.model}{' CoT' if r.cot else ''}"
                         f"{f' L{r.lookback}' if r.lookback != 14 else ''}"
                         f"{f' ({r.executor} executor)' if isinstance(getattr(r, 'executor', None), str) else ''}"
