@@ -253,6 +253,10 @@ class RaptorAgent(PromptAgentBase):
     def __post_init__(self):
         self.name = "raptor"
         self._check()
+        if (self.data_transform, self.sensors, self.format_example) != ("none", True, "paper"):
+            # its day summaries are cached per (user, day, model): a placebo would read the real days' summaries
+            raise ValueError("raptor: the sensor test options (data_transform, sensors, format_example) are not "
+                             "supported (its cached day summaries would carry the real days)")
         if self.memory not in MEMORY_SCOPES:
             raise ValueError(f"memory must be one of {MEMORY_SCOPES}, got {self.memory!r}")
 
