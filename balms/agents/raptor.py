@@ -249,6 +249,7 @@ class RaptorAgent(PromptAgentBase):
     embedder: str = DEFAULT_EMBEDDER
     summary_max_tokens: int = prompts.SUMMARY_MAX_TOKENS
     context_window: bool = False  # True: the whole query window after the retrieved nodes (the earlier prompt)
+    sensor_test = False  # refuses the sensor test options (see __post_init__)
 
     def __post_init__(self):
         self.name = "raptor"
