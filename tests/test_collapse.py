@@ -63,3 +63,16 @@ def test_collapse_table_one_row_per_cell():
     a, b = _frame(lambda y: 2.0).assign(system="const"), _frame(float).assign(system="gold")
     t = metrics.collapse_table(pd.concat([a, b]), ["dataset", "system"], n_boot=100).set_index("system")
     assert t.loc["const", "collapse"] and not t.loc["gold", "collapse"]
+
+
+def test_report_run_page_states_the_collapse_check():
+    from balms.report_html import render, run_summary
+
+    recs = _frame(lambda y: 2.0).to_dict("records")
+    s = run_summary(recs)
+    assert s["collapse"]["collapse"] is True and s["collapse"]["answer_share"] == 1.0
+    assert run_summary(_frame(float).to_dict("records"))["collapse"]["collapse"] is False
+    about = {"dataset": "pmdata", "system": "healthllm", "model": "m", "model_id": "m", "cot": False, "lookback": 14,
+             "cell_key": "k", "options": "{}"}
+    page = render("run.html.j2", title="t", depth=1, slug="s", summary=s, rows=[], filters=[], about=about)
+    assert 'id="collapse"' in page and "COLLAPSE" in page
