@@ -111,7 +111,8 @@ class ExperimentConfig(BaseModel):
     # (`sensor_test_systems`) on every backbone of the study (`backbones`, then `size_backbones` on their days)
     # repeats its zero-shot cell with the sensor placebo (another user's window; the same user's distant one),
     # without sensor lines (mood only), without the same-day mood, and with the paper template's neutral format
-    # example (balms.experiments.cells, balms.experiments.study.sensor_rows)
+    # example (balms.experiments.cells, balms.experiments.study.sensor_rows); only those among `datasets` (elsewhere
+    # there is no real zero-shot cell to compare with, so a narrowed `datasets` narrows the test too)
     sensor_test_datasets: list[str] = []
     # ablations (04) and PHIA executors (05)
     ablation_systems: list[str] = list(SYSTEMS)

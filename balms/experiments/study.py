@@ -290,7 +290,9 @@ def sensor_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, sen
     real_all = pd.concat([x for x in (zs, size) if x is not None and len(x)], ignore_index=True) \
         if any(x is not None and len(x) for x in (zs, size)) else pd.DataFrame()
     models = list(dict.fromkeys([*cfg.backbones, *cfg.size_backbones]))
-    for d in cfg.sensor_test_datasets or [d for d in cfg.datasets if d in DEFAULT_CONTEXT_CHANNELS]:
+    shown = [d for d in cfg.sensor_test_datasets if d in cfg.datasets] if cfg.sensor_test_datasets else \
+        [d for d in cfg.datasets if d in DEFAULT_CONTEXT_CHANNELS]
+    for d in shown:
         for m in models:
             for s in cfg.sensor_test_systems:
                 real = _cell(real_all, d, s, m)
