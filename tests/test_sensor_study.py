@@ -95,6 +95,13 @@ def test_sensor_cells_run_and_fill_the_claims_rows(env):
     assert study.sensor_sentence(table).startswith("Uses the sensors")
     answers = study.answer_shares(sensor, n_boot=50)
     assert {"variant", "qwk", "class_averaged_mae", "within_person_spearman", "collapse"} <= set(answers.columns)
+    # notebook 01's cells table: the per-cell summary with the collapse metrics beside, one row per cell
+    from balms import metrics
+
+    summary = ex.summarize(zs, cfg=cfg, n_boot=50)
+    keys = [k for k in ex.CELL_KEYS if k in summary.columns]
+    merged = summary.merge(metrics.collapse_table(zs, keys, n_boot=50), on=keys, how="left")
+    assert len(merged) == len(summary) and merged[["qwk", "class_averaged_mae", "collapse"]].notna().all().all()
 
 
 def _recs(preds, labels, users, **kw):
