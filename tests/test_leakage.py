@@ -235,11 +235,11 @@ def test_placebo_window_holds_no_value_of_the_users_own_window(pmdata_tables, mo
         got = placebo.daily.xs(s.user, level="user").reindex(own)[names]
         np.testing.assert_array_equal(got.to_numpy(), donor_vals.to_numpy())
         assert not (got == OWN_WINDOW).to_numpy().any()
-        # outside the window, the user's days are untouched; other users' rows are untouched
-        rest = t2.daily[~mine].sort_index()
-        pd.testing.assert_frame_equal(placebo.daily.drop(index=placebo.daily.index[
-            (placebo.daily.index.get_level_values("user") == s.user)
-            & pd.DatetimeIndex(placebo.daily.index.get_level_values(-1)).isin(own)]).sort_index(), rest)
+        # outside the window, the user's days are untouched; no other user's row and no sub-day row is there at all
+        assert set(placebo.daily.index.get_level_values("user")) == {s.user} and placebo.subday is None
+        outside = ~pd.DatetimeIndex(placebo.daily.index.get_level_values(-1)).isin(own)
+        rest = t2.daily[(t2.daily.index.get_level_values("user") == s.user) & ~mine]
+        np.testing.assert_array_equal(placebo.daily[outside].to_numpy(), rest.sort_index().to_numpy())
         for system in ("healthllm", "rag", "personal_baseline"):
             real = make_agent(system)
             agent = make_agent(system, data_transform=mode)

@@ -10,11 +10,13 @@ A donor window is drawn among those with at least as many observed days as the s
 when none has); a sample with no possible donor is an error naming it, never skipped.
 
 It is a data transform, applied to the tables an agent reads for one sample (`placebo_tables`): the sample's
-window days of the target user's daily rows (and sub-day rows) are dropped and the donor's rows are put in their
-place under the target's dates, so no sensor value of the target's own window remains in what any agent reads of
-the window (tests/test_leakage.py checks it on the real data). Days outside the window (a memory agent's history,
-PHIA's frames before the window) are left as they are. The agents take it as the option `data_transform`, which is
-recorded in the cell's key like any other option.
+window days of the target user's daily rows are dropped and the donor's rows are put in their place under the
+target's dates, so no sensor value of the target's own window remains in what the agent reads of the window
+(tests/test_leakage.py checks it on the real data). The user's days outside the window (a memory agent's history)
+are left as they are. The placebo tables hold the target user's daily rows only (an agent reads no other user's)
+and no sub-day rows: the agents that take the option (`data_transform`, recorded in the cell's key like any other
+option) read none, and RAPTOR and PHIA, which would, refuse it. So each sample's tables are small: the memo of
+windows (balms.data.memo) keeps a few thousand of them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from balms.data.memo import TablesMemo
 from balms.data.schema import DatasetTables, Sample
 
 TRANSFORMS = ("none", "other_user", "distant")
@@ -43,18 +46,32 @@ def _rng(sample: Sample, seed: int, mode: str) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(h[:8], "little"))
 
 
-def _observed_days(ud: pd.DataFrame) -> pd.Series:
-    """Per calendar day of a user's span: 1 if any channel has a value (a day with no row counts 0)."""
-    if not len(ud):
-        return pd.Series(dtype=float)
-    idx = pd.date_range(ud.index.min(), ud.index.max(), freq="D")
-    return ud.notna().any(axis=1).astype(float).reindex(idx, fill_value=0.0)
-
-
 def _user_daily(tables: DatasetTables, user: str) -> pd.DataFrame:
     ud = tables.daily.xs(user, level="user")
     ud.index = pd.DatetimeIndex(ud.index).normalize()
     return ud.sort_index()
+
+
+_COUNTS = TablesMemo(maxsize=16)
+
+
+def _window_counts(tables: DatasetTables, L: int) -> pd.DataFrame:
+    """Every L-day window of every user's span: user, start, end, observed days (days with any channel's value).
+    Computed once per tables and length."""
+    def make() -> pd.DataFrame:
+        parts = []
+        for u in sorted(set(tables.daily.index.get_level_values("user"))):
+            ud = _user_daily(tables, u)
+            if not len(ud):
+                continue
+            obs = ud.notna().any(axis=1).astype(float).reindex(pd.date_range(ud.index.min(), ud.index.max()),
+                                                               fill_value=0.0)
+            k = obs.rolling(L).sum().dropna()
+            parts.append(pd.DataFrame({"user": u, "start": k.index - pd.Timedelta(days=L - 1), "end": k.index,
+                                       "observed": k.to_numpy().astype(int)}))
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["user", "start", "end",
+                                                                                      "observed"])
+    return _COUNTS.get(tables, L, make)
 
 
 def donor_window(tables: DatasetTables, sample: Sample, mode: str, *, seed: int = 0) -> tuple[str, pd.Timestamp]:
@@ -69,50 +86,32 @@ def donor_window(tables: DatasetTables, sample: Sample, mode: str, *, seed: int 
         raise ValueError(f"{tables.name}: sample {sample.sample_id}: user {sample.user!r} has no daily rows")
     own_obs = int(_user_daily(tables, sample.user).reindex(pd.date_range(own_start, own_end))
                   .notna().any(axis=1).sum())
-    pool = [u for u in users if u != sample.user] if mode == "other_user" else [sample.user]
-    cands: list[tuple[str, pd.Timestamp, int]] = []
+    w = _window_counts(tables, L)
     gap = pd.Timedelta(days=DISTANT_GAP_DAYS)
-    for u in pool:
-        obs = _observed_days(_user_daily(tables, u))
-        if len(obs) < L:
-            continue
-        counts = obs.rolling(L).sum().dropna()  # indexed by the window's last day
-        for end, k in counts.items():
-            start = end - pd.Timedelta(days=L - 1)
-            if mode == "distant" and not (end <= own_start - gap or start >= own_end + gap):
-                continue
-            cands.append((u, start, int(k)))
-    if not cands:
+    if mode == "other_user":
+        cands = w[w["user"] != sample.user]
+    else:
+        cands = w[(w["user"] == sample.user) & ((w["end"] <= own_start - gap) | (w["start"] >= own_end + gap))]
+    if not len(cands):
         where = "another user" if mode == "other_user" else f"this user at least {DISTANT_GAP_DAYS} days away"
         raise ValueError(f"{tables.name}: sample {sample.sample_id}: no {L}-day window of {where} to use as its "
                          f"{mode!r} placebo")
-    best = max(k for *_, k in cands)
-    good = [c for c in cands if c[2] >= min(own_obs, best)]
-    u, start, _ = good[int(_rng(sample, seed, mode).integers(len(good)))]
-    return u, start
+    good = cands[cands["observed"] >= min(own_obs, int(cands["observed"].max()))]
+    pick = good.iloc[int(_rng(sample, seed, mode).integers(len(good)))]
+    return str(pick["user"]), pd.Timestamp(pick["start"])
 
 
 def placebo_tables(tables: DatasetTables, sample: Sample, mode: str, *, seed: int = 0) -> DatasetTables:
-    """`tables` with the sample's window days of its user's daily (and sub-day) rows replaced by the donor window's
-    rows (`donor_window`), under the sample's own dates; `mode` "none" returns `tables` itself."""
+    """The tables an agent reads for `sample` under the placebo: the sample's user's daily rows with the window days
+    replaced by the donor window's rows (`donor_window`) under the sample's own dates, no other user's rows and no
+    sub-day rows (module doc); `mode` "none" returns `tables` itself."""
     if check_transform(mode) == "none":
         return tables
     donor, dstart = donor_window(tables, sample, mode, seed=seed)
     own = pd.DatetimeIndex([pd.Timestamp(d) for d in sample.window_dates])
-    shift = own[0] - dstart
-    src = _user_daily(tables, donor).reindex(own - shift)
-    src.index = pd.MultiIndex.from_arrays([[sample.user] * len(own), own], names=tables.daily.index.names)
-    src = src.dropna(how="all")
-    dates = pd.DatetimeIndex(tables.daily.index.get_level_values(1)).normalize()
-    users = tables.daily.index.get_level_values(0)
-    drop = (users == sample.user) & dates.isin(own)
-    daily = pd.concat([tables.daily[~drop], src.astype(tables.daily.dtypes.to_dict())]).sort_index()
-    changes: dict = {"daily": daily}
-    sd = tables.subday
-    if sd is not None and len(sd):
-        d = pd.to_datetime(sd["date"]).dt.normalize()
-        mine = (sd["user"] == sample.user) & d.isin(own)
-        theirs = (sd["user"] == donor) & d.isin(own - shift)
-        moved = sd[theirs].assign(user=sample.user, date=(d[theirs] + shift).astype(sd["date"].dtype))
-        changes["subday"] = pd.concat([sd[~mine], moved], ignore_index=True)
-    return dataclasses.replace(tables, **changes)
+    src = _user_daily(tables, donor).reindex(own - (own[0] - dstart))
+    src.index = own
+    mine = _user_daily(tables, sample.user)
+    daily = pd.concat([mine[~mine.index.isin(own)], src.dropna(how="all").astype(mine.dtypes.to_dict())]).sort_index()
+    daily.index = pd.MultiIndex.from_arrays([[sample.user] * len(daily), daily.index], names=tables.daily.index.names)
+    return dataclasses.replace(tables, daily=daily, subday=None)
