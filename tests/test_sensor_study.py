@@ -76,6 +76,10 @@ def test_sensor_cells_run_and_fill_the_claims_rows(env):
         from balms.experiments.cells import SENSOR_VARIANTS
 
         assert {k: opts[k] for k in SENSOR_VARIANTS[v]} == SENSOR_VARIANTS[v], (s, v)
+        donors = [o.get("placebo_donor") for o in g["options"]]
+        assert all(donors) == v.startswith("placebo"), (s, v)  # each placebo record names its donor window
+        if v == "placebo_other_user":
+            assert all(d["user"] != u for d, u in zip(donors, g["user"], strict=True))
     assert any("Answer: <integer>" in p for p in backend.prompts)
     rows = pd.DataFrame(study.sensor_rows(cfg, zs, pd.DataFrame(), sensor))
     assert len(rows) == sum(VARIANTS.values()) and study.NOT_RUN not in set(rows.verdict)

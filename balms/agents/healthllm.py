@@ -18,7 +18,7 @@ from balms.agents.parsing import NO_ANSWER
 from balms.data import channels as styles
 from balms.data.agent_input import mood_only_lines
 from balms.data.channels import channels_option, get_window
-from balms.data.placebo import check_transform, placebo_tables
+from balms.data.placebo import check_transform, donor_window, placebo_tables
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
@@ -94,6 +94,14 @@ class PromptAgentBase:
         """The tables this agent's prompt reads for `sample`: the sensor placebo's (`data_transform`), else `tables`."""
         return placebo_tables(tables, sample, self.data_transform, seed=self.seed)
 
+    def placebo_options(self, sample: Sample, tables: DatasetTables) -> dict:
+        """Per record under the placebo: whose window and which days the prompt's sensor values came from."""
+        if self.data_transform == "none":
+            return {}
+        user, start = donor_window(tables, sample, self.data_transform, seed=self.seed)
+        return {"placebo_donor": {"user": user, "start": start.date().isoformat(),
+                                  "days": len(sample.window_dates)}}
+
     @staticmethod
     def channel_options(tables: DatasetTables, chans: list | None) -> dict:
         """Per-record: the channels the prompt showed and which recipe they follow (PMData sleep)."""
@@ -156,7 +164,8 @@ class HealthLLMAgent(PromptAgentBase):
         window, chans = self.window(sample, self.data_for(sample, tables))
         user = self._user_prompt(window, chans)
         return self.answer(sample, tables, backend, episode, user,
-                           {**self.options(), **self.channel_options(tables, chans)})
+                           {**self.options(), **self.channel_options(tables, chans),
+                            **self.placebo_options(sample, tables)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         """The messages of the (only) model call, without calling a model (token benchmarks, `balms prompt`)."""

@@ -206,7 +206,8 @@ class PersonalBaselineAgent(PromptAgentBase):
         if self.sensors:  # False: no sensor line (the anchor and the profile only)
             parts.append(deviations_block(b, window, shown) if self.deviations else render.render_window(window, shown))
         parts += [prompts.question_line(window), prompts.answer_format(window.target, self.cot)]
-        extra = {**self.channel_options(tables, chans), "user_baseline": b.summary()}
+        extra = {**self.channel_options(tables, chans), "user_baseline": b.summary(),
+                 **self.placebo_options(sample, tables)}
         return "\n".join(parts), extra
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:

@@ -159,7 +159,8 @@ class RAGAgent(PromptAgentBase):
         episode = Episode(backend)
         user, chans, got = self._prompt(sample, tables, episode)
         return self.answer(sample, tables, backend, episode, user,
-                           {**self.options(), **self.channel_options(tables, chans), **self.view_options(got)})
+                           {**self.options(), **self.channel_options(tables, chans), **self.view_options(got),
+                            **self.placebo_options(sample, tables)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         return prompts.messages(self.system_prompt, self._prompt(sample, tables, None)[0])

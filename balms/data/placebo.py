@@ -5,7 +5,10 @@ profile, same-day self-report and dates) except the sensor values of the look-ba
 sample, by those of another window of the same length:
 - `other_user`: a window of another user (drawn among the users with data, seeded per sample);
 - `distant`: a window of the same user from a distant period (every day at least `DISTANT_GAP_DAYS` away from each
-  day of the sample's own window, before or after it; never the target day).
+  day of the sample's own window, before or after it; never the target day). A later window is sensing from after
+  the target day: a control condition, not a prediction (no label is read), so the harness's rule that a prompt
+  holds nothing after the window end is knowingly set aside for these cells; each record names its donor window
+  (`placebo_donor` in its options).
 A donor window is drawn among those with at least as many observed days as the sample's own window (all of them
 when none has); a sample with no possible donor is an error naming it, never skipped.
 
