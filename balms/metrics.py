@@ -319,3 +319,109 @@ def by_group(records, by: Iterable[str], **kwargs) -> pd.DataFrame:
         key = key if isinstance(key, tuple) else (key,)
         rows.append(dict(zip(by, key, strict=True)) | summarize_run(g, **kwargs))
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ metrics that catch collapse (issue 39) ---
+# MAE rewards answering the commonest label: a model that always answers it scores well and has read nothing.
+# These are blind to the commonest answer. All of them use the parsed answers only (parse failures and errors
+# left out; their counts are beside them in every table); `answer_share` counts an unparseable reply as an answer.
+COLLAPSE_MARGIN = 0.20  # the commonest answer's share above the commonest label's share that raises the flag
+
+
+def _parsed(records) -> pd.DataFrame:
+    df = _answered(records_frame(records))
+    return df[df["parsed"]]
+
+
+def class_averaged_mae(records) -> float:
+    """MAE computed per gold label and averaged over the labels present (macro MAE): answering the commonest label
+    everywhere no longer wins by the labels' imbalance."""
+    df = _parsed(records)
+    if not len(df):
+        return math.nan
+    err = (df["label"] - df["prediction"]).abs()
+    return float(err.groupby(df["label"]).mean().mean())
+
+
+def quadratic_kappa(records, *, scale: tuple[int, int] | None = None) -> float:
+    """Cohen's kappa with quadratic weights (sklearn) between gold labels and parsed answers: 0 for a constant
+    answerer (or any answer unrelated to the label), 1 for perfect agreement. NaN when undefined (no parsed answer,
+    or labels and answers both constant)."""
+    from sklearn.metrics import cohen_kappa_score
+
+    df = _parsed(records)
+    if not len(df):
+        return math.nan
+    y, p = df["label"].astype(int).to_numpy(), df["prediction"].round().astype(int).to_numpy()
+    labels = sorted(set(y) | set(p))
+    if scale is None and "dataset" in df.columns and df["dataset"].nunique() == 1:
+        scale = DATASET_SCALES.get(df["dataset"].iloc[0])
+    if scale is not None:
+        labels = sorted(set(labels) | set(range(scale[0], scale[1] + 1)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = cohen_kappa_score(y, p, labels=labels, weights="quadratic")
+    return float(k) if np.isfinite(k) else math.nan
+
+
+def per_user_spearman(records, *, by: str = "user", min_days: int = 3) -> pd.Series:
+    """Spearman's rho between answers and labels within each participant (parsed answers). A participant whose
+    labels do not vary (or with fewer than `min_days` parsed days) has no rank to match and is left out; one whose
+    labels vary but whose answers do not gets rho 0 (the answers carry no ranking), so a collapsed answerer scores 0,
+    not 'undefined'."""
+    from scipy.stats import spearmanr
+
+    df = _parsed(records)
+    out = {}
+    for u, g in df.groupby(by, sort=True):
+        if len(g) < min_days or g["label"].nunique() < 2:
+            continue
+        out[u] = 0.0 if g["prediction"].nunique() < 2 else float(spearmanr(g["prediction"], g["label"]).statistic)
+    return pd.Series(out, dtype=float, name="spearman")
+
+
+def within_person_spearman(records, *, by: str = "user", min_days: int = 3, n_boot: int = 2000,
+                           seed: int = 0) -> dict:
+    """The mean of the per-participant Spearman correlations (`per_user_spearman`), with a 95% interval that
+    resamples participants: {rho, ci_low, ci_high, n_users}. Does the answer move with the person's own label from
+    day to day, whatever their level?"""
+    rho = per_user_spearman(records, by=by, min_days=min_days)
+    if not len(rho):
+        return {"rho": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n_users": 0}
+    lo, hi = _cluster_bootstrap(rho.to_numpy(), rho.index.astype(str).to_numpy(), n_boot, seed)
+    return {"rho": float(rho.mean()), "ci_low": lo, "ci_high": hi, "n_users": int(len(rho))}
+
+
+def answer_share(records, *, margin: float = COLLAPSE_MARGIN) -> dict:
+    """The commonest answer's share of the answered days (an unparseable reply counts as one answer) against the
+    commonest gold label's share on the same days, and `collapse`: True when the first exceeds the second by more
+    than `margin` (20 points by default). The paper's PHIA rows (86% and 99.5% one answer) would raise it."""
+    df = _answered(records_frame(records))
+    if not len(df):
+        return {"modal_answer": None, "answer_share": math.nan, "label_share": math.nan, "share_excess": math.nan,
+                "collapse": False}
+    counts = _pred_labels(df).value_counts()
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[0]
+    a = top[1] / len(df)
+    g = float(df["label"].value_counts().iloc[0] / len(df))
+    return {"modal_answer": top[0], "answer_share": float(a), "label_share": g, "share_excess": float(a - g),
+            "collapse": bool(a - g > margin)}
+
+
+def collapse_metrics(records, *, scale: tuple[int, int] | None = None, n_boot: int = 2000, seed: int = 0) -> dict:
+    """One row of the metrics above for a cell: class-averaged MAE, quadratic weighted kappa, within-person
+    Spearman with its interval, the commonest answer's share against the label's, and the collapse flag."""
+    sp = within_person_spearman(records, n_boot=n_boot, seed=seed)
+    return {"class_averaged_mae": class_averaged_mae(records), "qwk": quadratic_kappa(records, scale=scale),
+            "within_person_spearman": sp["rho"], "spearman_ci_low": sp["ci_low"], "spearman_ci_high": sp["ci_high"],
+            "spearman_n_users": sp["n_users"], **answer_share(records)}
+
+
+def collapse_table(records, by: Iterable[str], **kwargs) -> pd.DataFrame:
+    """`collapse_metrics` for each group (cell) of a records frame."""
+    df = records_frame(records)
+    by = [c for c in by if c in df.columns]
+    rows = []
+    for key, g in df.groupby(by, dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append(dict(zip(by, key, strict=True)) | collapse_metrics(g, **kwargs))
+    return pd.DataFrame(rows)

@@ -147,7 +147,7 @@ def run_summary(recs: list[dict]) -> dict:
     out = {"n": len(recs), "n_harness_errors": sum(bool(r.get("error")) for r in recs),
            "n_users": len({r.get("user") for r in recs}), "mae": None, "ci_low": None, "ci_high": None,
            "n_parsed": sum(r.get("prediction") is not None for r in recs), "parse_failure_rate": None,
-           "modal_label": None, "mode_rate": None,
+           "modal_label": None, "mode_rate": None, "collapse": None,
            "latency_s": _mean(r.get("latency_s") for r in timed), "n_steps": _mean(r.get("n_steps") for r in timed),
            "prompt_tokens": _mean(r.get("prompt_tokens") for r in timed),
            "completion_tokens": _mean(r.get("completion_tokens") for r in timed)}
@@ -157,6 +157,8 @@ def run_summary(recs: list[dict]) -> dict:
         mc = metrics.mode_collapse(rows)
         out.update(parse_failure_rate=_finite(metrics.parse_failure_rate(rows)), modal_label=mc["modal_label"],
                    mode_rate=_finite(mc["mode_rate"]))
+        cm = metrics.collapse_metrics(rows, n_boot=500)  # the metrics blind to the commonest answer (issue 39)
+        out["collapse"] = {k: (_finite(v) if isinstance(v, float) else v) for k, v in cm.items()}
     except (ValueError, TypeError):  # records without labels (a harness's own samples): no MAE to show
         return out
     out.update(mae=_finite(ci["mae"]), ci_low=_finite(ci["ci_low"]), ci_high=_finite(ci["ci_high"]))

@@ -71,8 +71,17 @@ t3.round(3)
 
 # %% [markdown]
 # ## Our cells with intervals, parse failures and mode collapse
+#
+# Beside each cell's MAE, the metrics blind to the commonest answer (`balms.metrics.collapse_metrics`):
+# class-averaged MAE, quadratic weighted kappa, within-person Spearman with its participant-bootstrap interval, and
+# the collapse flag (the commonest answer's share above the commonest label's by more than 20 points).
 
 # %%
+from balms import metrics
+
+keys = [k for k in ex.CELL_KEYS if k in summary.columns]
+summary = summary.merge(metrics.collapse_table(recs, keys, seed=cfg.seed), on=keys, how="left") if len(summary) \
+    else summary
 report.save_table(summary, "prediction_zero_shot_cells", artefact="Table 3 (cells)", notebook=NB, source=src,
                   profile=cfg.profile, models=ex.models_run(recs), n=len(recs), caption="per-cell MAE with 95% CI")
 fewest = summary.loc[summary["n_parsed"].idxmin()] if len(summary) else None
@@ -119,3 +128,8 @@ print(claims.mean_predictor_sentence(summary))
 print(claims.ranking_sentence(summary, "parse_failure_rate", item="system", within="dataset", what="parse failure rate",
                               digits=2))
 print(claims.ranking_sentence(summary, "mode_rate", item="system", within="dataset", what="mode rate", digits=2))
+flagged = summary[summary["collapse"] == True] if "collapse" in summary else summary.iloc[:0]  # noqa: E712
+print(f"Collapse flag (commonest answer's share more than 20 points above the commonest label's): {len(flagged)} of "
+      f"{len(summary)} cells" + (": " + "; ".join(f"{r.dataset} {r.system} {r.model} answers {r.modal_answer} on "
+                                                  f"{r.answer_share:.0%} of days (label {r.label_share:.0%})"
+                                                  for r in flagged.itertuples()) if len(flagged) else "") + ".")

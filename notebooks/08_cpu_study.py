@@ -53,8 +53,9 @@ zs = ex.run_declared(cfg, "01_prediction")  # notebook 01's cells
 cot = ex.run_cells(cfg, [c for c in ex.cells_for("02_cot", cfg) if c.cot])  # notebook 02's CoT cells
 horizon = ex.run_declared(cfg, "03_long_horizon")
 phia = ex.run_declared(cfg, "05_phia_failures")
-size = ex.run_declared(cfg, NB)  # this notebook's own cells: the single-call systems on `size_backbones`
-every = pd.concat([zs, cot, horizon, phia, size], ignore_index=True)
+size = study.declared_part(cfg, NB, "size")  # this notebook's own cells: the single-call systems on `size_backbones`
+sensor = study.declared_part(cfg, NB, "sensor_test")  # the sensor test (issue 39; empty while it is off)
+every = pd.concat([x for x in (zs, cot, horizon, phia, size, sensor) if len(x)], ignore_index=True)
 from balms.experiments.summaries import SCORING_TEXT  # the MAE convention each caption names
 
 src, cap = report.source_label(every["source"]), report.model_caption(ex.models_run(every))
@@ -96,12 +97,16 @@ for what, n in (("zero-shot cells and the look-back sweep", cfg.n_for("pmdata", 
 # personal_baseline`) against the mean predictor, Health-LLM and its own anchor alone (the per-user training mean);
 # each single-call system on the larger embedded backbone (`size_backbones`) minus the study's backbone, and the
 # paper's mean-predictor claim re-tested on that backbone; notebook 00's supervised baselines, fit on the training
-# days, on the same held-out days with the same interval. A comparison whose cells the profile did not run is
-# listed as "not run".
+# days, on the same held-out days with the same interval; each zero-shot cell against the best constant for MAE (the
+# training median label). Then the sensor test (issue 39), per single-call system and backbone on the same days: real
+# minus a sensor placebo (another user's window; the same user's distant one; "uses the sensors" only where the
+# interval excludes 0), real minus mood only (no sensor line) and real minus no mood, and the paper template's
+# "Answer: 1" example against a neutral placeholder (the share of '1' answers). A comparison whose cells the profile
+# did not run is listed as "not run".
 
 # %%
 supervised = study.supervised_records(cfg)
-table = study.claims_table(cfg, zs, cot, horizon, phia, size=size, supervised=supervised)
+table = study.claims_table(cfg, zs, cot, horizon, phia, size=size, supervised=supervised, sensor=sensor)
 report.save_table(table, "cpu_study_claims", artefact="CPU study (claims)", notebook=NB, source=src,
                   profile=cfg.profile, models=ex.models_run(every), n=len(every),
                   caption=f"the paper's directional claims and ours with 95% participant-bootstrap intervals; {cap}; "
@@ -125,10 +130,14 @@ counts = paper_rows["verdict"].value_counts()
 print(f"The paper's claims, with {cap}: " + ", ".join(f"{k}: {v}" for k, v in counts.items()) + " of "
       f"{len(paper_rows)} comparisons. These are an embedded CPU model's results, not the paper's backbones.")
 print(study.ours_sentence(table))
+print(study.best_constant_sentence(table))
+print(study.sensor_sentence(table))
 
 # %% [markdown]
 # What each cell answered: its commonest answer and that answer's share of the cell's days, beside the share of the
-# commonest gold label. A share of 1.0 means the same answer on every day, whatever the data said.
+# commonest gold label. A share of 1.0 means the same answer on every day, whatever the data said. Beside them, the
+# metrics blind to the commonest answer (class-averaged MAE, quadratic weighted kappa, within-person Spearman with its
+# participant-bootstrap interval) and the collapse flag (the answer's share more than 20 points above the label's).
 
 # %%
 answers = study.answer_shares(every)

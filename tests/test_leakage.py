@@ -195,3 +195,78 @@ def test_planting_is_effective():
     assert t2.labels["label"].min() >= LABEL_BASE
     text = t2.daily.to_string()
     assert SENTINEL_RE.search(text)
+
+
+# ----------------------------------------------------------------------------- the sensor placebo (issue 39) ---
+OWN_WINDOW = 4242.0  # the target user's own window values, planted: a placebo prompt must show none of them
+
+
+@pytest.mark.parametrize("mode", ["other_user", "distant"])
+def test_placebo_window_holds_no_value_of_the_users_own_window(pmdata_tables, mode):
+    """Real PMData: every sensor value of each sample's own look-back window is set to a sentinel; with the placebo
+    no agent's window or prompt shows it (and without it, they do: the planting is effective). The donor window is
+    another user's (other_user) or the same user's at least DISTANT_GAP_DAYS away (distant), of the same length,
+    its values moved under the target's dates; the target's label, profile and same-day mood are kept."""
+    from balms.data.placebo import DISTANT_GAP_DAYS, donor_window, placebo_tables
+    from balms.data.samples import target_day_split
+
+    tables = pmdata_tables
+    _, _, test = target_day_split(tables, seed=0)
+    picks = [test[i] for i in np.random.default_rng(0).choice(len(test), 6, replace=False)]
+    names = ["steps", "calories", "resting_hr", "sleep_minutes_paper"]
+    for s in picks:
+        daily = tables.daily.copy()
+        own = pd.DatetimeIndex([pd.Timestamp(d) for d in s.window_dates])
+        mine = (daily.index.get_level_values("user") == s.user) & pd.DatetimeIndex(
+            daily.index.get_level_values(-1)).isin(own)
+        daily.loc[mine, :] = OWN_WINDOW
+        t2 = dataclasses.replace(tables, daily=daily)
+        donor, start = donor_window(t2, s, mode)
+        if mode == "other_user":
+            assert donor != s.user
+        else:
+            assert donor == s.user
+            end = start + pd.Timedelta(days=len(own) - 1)
+            assert end <= own[0] - pd.Timedelta(days=DISTANT_GAP_DAYS) or start >= own[-1] + pd.Timedelta(
+                days=DISTANT_GAP_DAYS)
+        placebo = placebo_tables(t2, s, mode)
+        # provenance: the placebo window is the donor's window, value for value (NaN where the donor has none)
+        donor_vals = t2.daily.xs(donor, level="user").reindex(pd.date_range(start, periods=len(own)))[names]
+        got = placebo.daily.xs(s.user, level="user").reindex(own)[names]
+        np.testing.assert_array_equal(got.to_numpy(), donor_vals.to_numpy())
+        assert not (got == OWN_WINDOW).to_numpy().any()
+        # outside the window, the user's days are untouched; no other user's row and no sub-day row is there at all
+        assert set(placebo.daily.index.get_level_values("user")) == {s.user} and placebo.subday is None
+        outside = ~pd.DatetimeIndex(placebo.daily.index.get_level_values(-1)).isin(own)
+        rest = t2.daily[(t2.daily.index.get_level_values("user") == s.user) & ~mine]
+        np.testing.assert_array_equal(placebo.daily[outside].to_numpy(), rest.sort_index().to_numpy())
+        for system in ("healthllm", "rag", "personal_baseline"):
+            real = make_agent(system)
+            agent = make_agent(system, data_transform=mode)
+            assert agent.options()["data_transform"] == mode and "data_transform" not in real.options()
+            w_real = real.window(s, real.data_for(s, t2))[0]
+            w = agent.window(s, agent.data_for(s, t2))[0]
+            assert (w_real.daily == OWN_WINDOW).to_numpy().any()  # the planting reaches the real window
+            assert not (w.daily == OWN_WINDOW).to_numpy().any(), f"{system}: own window value in the placebo"
+            assert w.context == w_real.context and w.profile == w_real.profile and w.sample == w_real.sample
+            if system != "personal_baseline":  # its prompt shows deviations, not the values themselves
+                assert "4242" in real.first_prompt(s, t2)[-1].content
+                assert "4242" not in agent.first_prompt(s, t2)[-1].content, f"{system}: sentinel in the prompt"
+
+
+def test_placebo_is_seeded_and_refused_where_not_supported(pmdata_tables):
+    from balms.data.placebo import donor_window
+
+    _, samples = samples_of("real", "pmdata")
+    s = samples[len(samples) // 2]
+    assert donor_window(pmdata_tables, s, "other_user", seed=3) == donor_window(pmdata_tables, s, "other_user",
+                                                                                   seed=3)
+    donors = {donor_window(pmdata_tables, x, "other_user", seed=0)[0] for x in samples[::25]}
+    assert len(donors) > 1  # drawn per sample, not one donor for all
+    with pytest.raises(ValueError, match="data_transform"):
+        make_agent("healthllm", data_transform="shuffled")
+    with pytest.raises(ValueError, match="not supported"):
+        make_agent("raptor", data_transform="other_user")
+    tiny = dataclasses.replace(pmdata_tables, daily=pmdata_tables.daily.xs(s.user, level="user", drop_level=False))
+    with pytest.raises(ValueError, match=s.sample_id):  # no other user: an error naming the sample, never skipped
+        donor_window(tiny, s, "other_user")

@@ -33,8 +33,14 @@ def test_paper_cells_enumerated_once_each(real_data):
     # 01: every dataset x system x backbone; 02 adds the CoT half; 03: its look-backs on target days drawn with the
     # longest look-back's history (other samples than 01's, so new cells even at 14 days); 04: GLOBEM Fitbit-only
     # x {zs, CoT} (full = 01/02's cells), PMData 2 new channel sets and the corrected prompt style (paper = 01's);
-    # 05: the improved executor (faithful = 01's PHIA cells); 06: nothing new; 07: a judge cell per judged CoT cell
+    # 05: the improved executor (faithful = 01's PHIA cells); 06: nothing new; 07: a judge cell per judged CoT cell;
+    # 08: the sensor test (issue 39): Health-LLM and RAG (RAPTOR and PHIA refuse it) x its five variants per backbone,
+    # less Health-LLM's no-mood cell, which is 04's "no same-day mood" ablation cell (one key, counted under 04)
+    from balms.experiments.cells import SENSOR_VARIANTS
+
+    assert cfg.sensor_test_systems == ["healthllm", "rag"]
     assert by_nb == {
+        "08_cpu_study": len(cfg.sensor_test_datasets) * nb * (2 * len(SENSOR_VARIANTS) - 1),
         "01_prediction": nd * ns * nb,
         "02_cot": nd * ns * nb,
         "03_long_horizon": n03,

@@ -73,8 +73,8 @@ def test_answer_shares_one_row_per_cell_and_collapse_is_share_one():
 
     def cell(key, preds, labels):
         return pd.DataFrame({"cell_key": key, "sample_id": [f"s{i}" for i in range(len(preds))],
-                             "dataset": "pmdata", "system": "healthllm", "model": "m", "cot": False, "lookback": 14,
-                             "prediction": preds, "label": labels})
+                             "user": ["u1", "u2"] * (len(preds) // 2), "dataset": "pmdata", "system": "healthllm",
+                             "model": "m", "cot": False, "lookback": 14, "prediction": preds, "label": labels})
 
     recs = pd.concat([cell("aaa", [1, 1, 1, 1], [3, 3, 2, 4]), cell("bbb", [2, np.nan, np.nan, 3], [3, 3, 3, 1]),
                       cell("aaa", [1, 1], [3, 3])], ignore_index=True)  # a cell re-read by a second notebook
@@ -83,5 +83,8 @@ def test_answer_shares_one_row_per_cell_and_collapse_is_share_one():
     assert t.loc["aaa", "modal_share"] == 1.0 and t.loc["aaa", "modal_answer"] == "1"
     assert t.loc["bbb", "modal_answer"] == "unparseable" and t.loc["bbb", "modal_share"] == 0.5
     assert t.loc["bbb", "gold_modal_share"] == 0.75 and t.loc["bbb", "distinct_answers"] == 3
-    assert study.answers_sentence(t.reset_index()) == \
-        "1 of 2 cells gave one answer on every day: pmdata healthllm m always 1 (n = 4)."
+    assert t.loc["aaa", "collapse"] and not t.loc["bbb", "collapse"]  # 1.0 vs 0.5 gold; 0.5 vs 0.75 gold
+    assert t.loc["aaa", "qwk"] == 0.0
+    assert study.answers_sentence(t.reset_index()) == (
+        "1 of 2 cells raise the collapse flag (commonest answer's share more than 20 points above the commonest "
+        "label's). 1 of 2 cells gave one answer on every day: pmdata healthllm m always 1 (n = 4).")

@@ -16,7 +16,9 @@ from balms.agents import paper_prompts, prompts
 from balms.agents.common import Episode, build_record, parse_for, per_sample_seed
 from balms.agents.parsing import NO_ANSWER
 from balms.data import channels as styles
+from balms.data.agent_input import mood_only_lines
 from balms.data.channels import channels_option, get_window
+from balms.data.placebo import check_transform, donor_window, placebo_tables
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
 from balms.records import PredictionRecord
@@ -38,11 +40,23 @@ class PromptAgentBase:
     # paper style with CoT: "paper" = the paper's printed answer sentence ("The user's stress score is 3."),
     # "answer_line" = our earlier `Reasoning:` then `Answer:` (the CPU study's committed responses)
     cot_format: str = "paper"
+    # the sensor test (issue 39), recorded in the options only when not the default, so other cells keep their keys:
+    # `data_transform` "other_user" / "distant" = the sensor placebo (balms.data.placebo); `sensors` False = no sensor
+    # line (profile and same-day self-report only); `format_example` "neutral" = the paper template's "Answer: 1"
+    # example replaced by a placeholder
+    data_transform: str = "none"
+    sensors: bool = True
+    format_example: str = "paper"
     name: str = field(default="", init=False)
+    sensor_test = True  # the agent applies the three options above (RAPTOR refuses them); read by the cell grid
 
     def _check(self) -> None:
         styles.check_style(self.style)
         paper_prompts.check_cot_format(self.cot_format)
+        check_transform(self.data_transform)
+        if paper_prompts.check_format_example(self.format_example) != "paper" and self.style != "paper":
+            raise ValueError(f"{type(self).__name__}: format_example {self.format_example!r} applies to the paper "
+                             f"style's template only (style {self.style!r} asks for 'Answer: <int>' already)")
 
     @property
     def score_sentence(self) -> bool:
@@ -71,7 +85,22 @@ class PromptAgentBase:
             **({"force_answer": True} if self.force_answer and self.cot else {}),
             **({"force_missing": True} if self.force_answer and self.force_missing and self.cot else {}),
             **({"cot_format": self.cot_format} if self.cot and self.style == "paper" else {}),
+            **({"data_transform": self.data_transform} if self.data_transform != "none" else {}),
+            **({"sensors": False} if not self.sensors else {}),
+            **({"format_example": self.format_example} if self.format_example != "paper" else {}),
         }
+
+    def data_for(self, sample: Sample, tables: DatasetTables) -> DatasetTables:
+        """The tables this agent's prompt reads for `sample`: the sensor placebo's (`data_transform`), else `tables`."""
+        return placebo_tables(tables, sample, self.data_transform, seed=self.seed)
+
+    def placebo_options(self, sample: Sample, tables: DatasetTables) -> dict:
+        """Per record under the placebo: whose window and which days the prompt's sensor values came from."""
+        if self.data_transform == "none":
+            return {}
+        user, start = donor_window(tables, sample, self.data_transform, seed=self.seed)
+        return {"placebo_donor": {"user": user, "start": start.date().isoformat(),
+                                  "days": len(sample.window_dates)}}
 
     @staticmethod
     def channel_options(tables: DatasetTables, chans: list | None) -> dict:
@@ -124,17 +153,21 @@ class HealthLLMAgent(PromptAgentBase):
     def _user_prompt(self, window: Window, chans: list | None) -> str:
         if self.style == "paper":
             return paper_prompts.healthllm_prompt(window, chans if chans is not None else window.channels,
-                                                  cot=self.cot, cot_format=self.cot_format)
+                                                  cot=self.cot, cot_format=self.cot_format,
+                                                  format_example=self.format_example, sensors=self.sensors)
+        if not self.sensors:
+            return prompts.prompt_around(window, mood_only_lines(window, {"style": self.style}), cot=self.cot)
         return prompts.healthllm_prompt(window, cot=self.cot)
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
-        window, chans = self.window(sample, tables)
+        window, chans = self.window(sample, self.data_for(sample, tables))
         user = self._user_prompt(window, chans)
         return self.answer(sample, tables, backend, episode, user,
-                           {**self.options(), **self.channel_options(tables, chans)})
+                           {**self.options(), **self.channel_options(tables, chans),
+                            **self.placebo_options(sample, tables)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         """The messages of the (only) model call, without calling a model (token benchmarks, `balms prompt`)."""
-        window, chans = self.window(sample, tables)
+        window, chans = self.window(sample, self.data_for(sample, tables))
         return prompts.messages(self.system_prompt, self._user_prompt(window, chans))

@@ -117,26 +117,41 @@ def score_sentence(window: Window, value: int | str) -> str:
     return f"The user's {paper_target(window).question} score is {value}."
 
 
-def output_block(cot: bool, window: Window | None = None, cot_format: str = "paper") -> list[str]:
+# The format example's answer: "paper" prints the paper's "Answer: 1"; "neutral" a placeholder that names no value
+# (issue 39: the 1.5B model answered 1, the example's number, on every day of two cells).
+FORMAT_EXAMPLES = {"paper": "Answer: 1", "neutral": "Answer: <integer>"}
+
+
+def check_format_example(name: str) -> str:
+    if name not in FORMAT_EXAMPLES:
+        raise ValueError(f"unknown format_example {name!r}; expected one of {tuple(FORMAT_EXAMPLES)}")
+    return name
+
+
+def output_block(cot: bool, window: Window | None = None, cot_format: str = "paper",
+                 format_example: str = "paper") -> list[str]:
     check_cot_format(cot_format)
+    answer = FORMAT_EXAMPLES[check_format_example(format_example)]
     lines = ["Output format.", "For example, the answer should be in the following format:"]
     if not cot:
-        return [*lines, "Answer: 1"]
+        return [*lines, answer]
     lines.append("Reasoning: " + (PAPER_COT_EXAMPLE_REASONING if cot_format == "printed"
                                   else "<your reasoning in one paragraph>"))
     if cot_format == "answer_line" or window is None:
-        return [*lines, "Answer: 1"]
+        return [*lines, answer]
     return [*lines, score_sentence(window, PAPER_COT_EXAMPLE_VALUE)]
 
 
 def prompt_around(window: Window, chans: list[Channel], lines: list[str], *, cot: bool,
-                  cot_format: str = "paper") -> str:
+                  cot_format: str = "paper", format_example: str = "paper") -> str:
     """The template around a prompt's data lines (`balms.data.agent_input.input_lines`: profile, sensor lines,
     same-day self-report): purpose, task instruction, then the lines, question and output format."""
     return "\n".join([purpose_line(window, chans), *task_block(window), *lines, *question_block(window),
-                      *output_block(cot, window, cot_format)])
+                      *output_block(cot, window, cot_format, format_example)])
 
 
-def healthllm_prompt(window: Window, chans: list[Channel], *, cot: bool, cot_format: str = "paper") -> str:
-    """Appendix D's Health-LLM prompt for one window."""
-    return prompt_around(window, chans, input_lines(window, {"style": "paper"}), cot=cot, cot_format=cot_format)
+def healthllm_prompt(window: Window, chans: list[Channel], *, cot: bool, cot_format: str = "paper",
+                     format_example: str = "paper", sensors: bool = True) -> str:
+    """Appendix D's Health-LLM prompt for one window (`sensors` False: no sensor line, issue 39)."""
+    return prompt_around(window, chans, input_lines(window, {"style": "paper", "sensors": sensors}), cot=cot,
+                         cot_format=cot_format, format_example=format_example)

@@ -180,6 +180,7 @@ class PersonalBaselineAgent(PromptAgentBase):
 
     def __post_init__(self):
         self.name = "personal_baseline"
+        self._check()
         if self.style != STYLE:
             raise ValueError(f"personal_baseline: style must be {STYLE!r} (ours), got {self.style!r}")
         if self.context not in (False, None):
@@ -192,17 +193,21 @@ class PersonalBaselineAgent(PromptAgentBase):
                 "split_lookback": self.split_lookback, "test_frac": TEST_FRAC}
 
     def _build(self, sample: Sample, tables: DatasetTables) -> tuple[str, dict]:
-        window, chans = self.window(sample, tables)
+        # the window from the sensor placebo's tables (issue 39) when asked; the baselines from the real tables (the
+        # user's own training days: what is kept of the target user)
+        window, chans = self.window(sample, self.data_for(sample, tables))
         shown = chans if chans is not None else list(tables.channels)
         b = user_baseline(tables, sample, shown, lookback=self.split_lookback, seed=self.split_seed,
                           causal=self.causal)
         parts = [prompts.task_line(window), rule_line()]
         if self.anchor:
             parts.append(anchor_line(b, window))
-        parts += [render.render_profile(window.profile),
-                  deviations_block(b, window, shown) if self.deviations else render.render_window(window, shown),
-                  prompts.question_line(window), prompts.answer_format(window.target, self.cot)]
-        extra = {**self.channel_options(tables, chans), "user_baseline": b.summary()}
+        parts.append(render.render_profile(window.profile))
+        if self.sensors:  # False: no sensor line (the anchor and the profile only)
+            parts.append(deviations_block(b, window, shown) if self.deviations else render.render_window(window, shown))
+        parts += [prompts.question_line(window), prompts.answer_format(window.target, self.cot)]
+        extra = {**self.channel_options(tables, chans), "user_baseline": b.summary(),
+                 **self.placebo_options(sample, tables)}
         return "\n".join(parts), extra
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:

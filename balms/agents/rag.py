@@ -91,15 +91,19 @@ def retrieve_days(tables: DatasetTables, window: Window, *, k: int, scope: str,
     }
 
 
-def rag_prompt(tables: DatasetTables, window: Window, chans, got: dict, *, style: str, cot: bool,
-               context_window: bool, cot_format: str = "paper") -> str:
+def rag_prompt(tables: DatasetTables, window: Window, chans, got: dict | None, *, style: str, cot: bool,
+               context_window: bool, cot_format: str = "paper", format_example: str = "paper") -> str:
     """The answering prompt from a retrieval result (`retrieve_days`): the prompt's data lines are rendered from the
-    view the record will describe (`agent_view`, `agent_input.input_lines`), exactly as the judge renders them."""
-    opts = {"style": style, "context_window": bool(context_window), **RAGAgent.view_options(got)}
-    lines = input_lines(agent_view(tables, window, opts), opts)
+    view the record will describe (`agent_view`, `agent_input.input_lines`), exactly as the judge renders them.
+    `got` None: no sensor line at all (option `sensors` False; then the prompt equals Health-LLM's)."""
+    if got is None:
+        lines = input_lines(window, {"style": style, "sensors": False})
+    else:
+        opts = {"style": style, "context_window": bool(context_window), **RAGAgent.view_options(got)}
+        lines = input_lines(agent_view(tables, window, opts), opts)
     if style == "paper":
         return paper_prompts.prompt_around(window, chans if chans is not None else window.channels, lines, cot=cot,
-                                           cot_format=cot_format)
+                                           cot_format=cot_format, format_example=format_example)
     return prompts.prompt_around(window, lines, cot=cot)
 
 
@@ -121,31 +125,42 @@ class RAGAgent(PromptAgentBase):
                 "embedder": self.embedder, "context_window": bool(self.context_window)}
 
     @staticmethod
-    def view_options(got: dict) -> dict:
+    def view_options(got: dict | None) -> dict:
         """Per record: the days the prompt held (retrieved + query day), so the judge rebuilds that view."""
-        return {"retrieved_dates": list(got["dates"]), "query_date": got["query_date"]}
+        return {} if got is None else {"retrieved_dates": list(got["dates"]), "query_date": got["query_date"]}
 
     def seen_window(self, sample: Sample, tables: DatasetTables) -> Window:
         """The window as this agent's prompt held it (retrieved days + query day, or more with context_window)."""
+        tables = self.data_for(sample, tables)
         window, _ = self.window(sample, tables)
+        if not self.sensors:
+            return window
         got = retrieve_days(tables, window, k=self.top_k, scope=self.memory, embedder=self.embedder, style=self.style)
         return agent_view(tables, window, {**self.options(), **self.view_options(got)})
 
-    def _prompt(self, sample: Sample, tables: DatasetTables, episode: Episode | None) -> tuple[str, list | None, dict]:
+    def _prompt(self, sample: Sample, tables: DatasetTables,
+                episode: Episode | None) -> tuple[str, list | None, dict | None]:
+        tables = self.data_for(sample, tables)  # the sensor placebo's tables (issue 39), else `tables`
         window, chans = self.window(sample, tables)
+        if not self.sensors:  # no sensor line: nothing to retrieve
+            return rag_prompt(tables, window, chans, None, style=self.style, cot=self.cot,
+                              context_window=self.context_window, cot_format=self.cot_format,
+                              format_example=self.format_example), chans, None
         got = retrieve_days(tables, window, k=self.top_k, scope=self.memory, embedder=self.embedder,
                             style=self.style)
         if episode is not None:
             episode.log("retrieval", "\n".join(got["texts"]), query=got["query"], dates=got["dates"],
                         scores=got["scores"], n_candidates=got["n_candidates"])
         return rag_prompt(tables, window, chans, got, style=self.style, cot=self.cot,
-                          context_window=self.context_window, cot_format=self.cot_format), chans, got
+                          context_window=self.context_window, cot_format=self.cot_format,
+                          format_example=self.format_example), chans, got
 
     def predict(self, sample: Sample, tables: DatasetTables, backend: Backend) -> PredictionRecord:
         episode = Episode(backend)
         user, chans, got = self._prompt(sample, tables, episode)
         return self.answer(sample, tables, backend, episode, user,
-                           {**self.options(), **self.channel_options(tables, chans), **self.view_options(got)})
+                           {**self.options(), **self.channel_options(tables, chans), **self.view_options(got),
+                            **self.placebo_options(sample, tables)})
 
     def first_prompt(self, sample: Sample, tables: DatasetTables) -> list:
         return prompts.messages(self.system_prompt, self._prompt(sample, tables, None)[0])

@@ -251,10 +251,15 @@ class RaptorAgent(PromptAgentBase):
     embedder: str = DEFAULT_EMBEDDER
     summary_max_tokens: int = prompts.SUMMARY_MAX_TOKENS
     context_window: bool = False  # True: the whole query window after the retrieved nodes (the earlier prompt)
+    sensor_test = False  # refuses the sensor test options (see __post_init__)
 
     def __post_init__(self):
         self.name = "raptor"
         self._check()
+        if (self.data_transform, self.sensors, self.format_example) != ("none", True, "paper"):
+            # its day summaries are cached per (user, day, model): a placebo would read the real days' summaries
+            raise ValueError("raptor: the sensor test options (data_transform, sensors, format_example) are not "
+                             "supported (its cached day summaries would carry the real days)")
         if self.memory not in MEMORY_SCOPES:
             raise ValueError(f"memory must be one of {MEMORY_SCOPES}, got {self.memory!r}")
 

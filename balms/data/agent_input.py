@@ -85,8 +85,19 @@ def _corrected_lines(view: Window, options: Mapping) -> list[str]:
     return [render.render_profile(view.profile), intro, listed, *query, *tail]
 
 
+def mood_only_lines(view: Window, options: Mapping) -> list[str]:
+    """The data lines without any sensor line (option `sensors` False, issue 39): the profile and the same-day
+    self-report only, in the prompt's style."""
+    if options.get("style", "corrected") == "paper":
+        return [*pn.profile_block(view.profile), *pn.context_lines(view)]
+    ctx = render.render_context(view)
+    return [render.render_profile(view.profile), *([ctx] if ctx else [])]
+
+
 def input_lines(view: Window, options: Mapping) -> list[str]:
     """The data lines of the prompt an agent with these record `options` was given for `view`."""
+    if options.get("sensors") is False:
+        return mood_only_lines(view, options)
     if options.get("frames") or options.get("style", "corrected") != "paper":
         return _corrected_lines(view, options)  # PHIA has no paper style: its prompt is ours
     return _paper_lines(view, options)

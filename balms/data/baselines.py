@@ -1,6 +1,10 @@
-"""Reference baselines with MAE: mean predictor (raw and rounded), per-user mean, last observed label,
-ridge and gradient boosting on window summary features (mean, last, slope, missing fraction per
-channel). These are the bars an agent has to clear; they see exactly the windows agents see.
+"""Reference baselines with MAE: mean predictor (raw and rounded), global median and mode, per-user mean, median
+and mode, last observed label, ridge and gradient boosting on window summary features (mean, last, slope, missing
+fraction per channel). These are the bars an agent has to clear; they see exactly the windows agents see.
+
+Why the median and the mode: for MAE the best constant is the median, not the mean, and on a label piled on one
+value (PMData stress) the mode is close to it; a per-user median or mode (training days only) is stronger still
+where users differ. Ties of the mode go to the smallest label (deterministic).
 """
 
 from __future__ import annotations
@@ -63,6 +67,14 @@ def _mae(y, p) -> float:
     return float(np.mean(np.abs(np.asarray(y, float) - np.asarray(p, float)))) if len(y) else float("nan")
 
 
+def _mode(y) -> float:
+    """The commonest value; ties to the smallest."""
+    return float(pd.Series(y, dtype=float).mode().min()) if len(y) else float("nan")
+
+
+CONSTANTS = ("mean_predictor", "global_median", "global_mode")  # one prediction for every sample
+
+
 def baseline_predictions(samples_train: list[Sample], samples_test: list[Sample], tables: DatasetTables,
                          *, seed: int = 0, channels: list[str] | None = None) -> dict[str, tuple[np.ndarray, str]]:
     """{baseline: (one prediction per test sample, note)}: every baseline fit on the training samples only.
@@ -76,10 +88,16 @@ def baseline_predictions(samples_train: list[Sample], samples_test: list[Sample]
     tr, te = list(samples_train), list(samples_test)
     ytr = np.array([s.label for s in tr], float)
     mu = float(ytr.mean()) if len(ytr) else float("nan")
-    out = {"mean_predictor": (np.full(len(te), mu), "training-set mean label")}
-    per_user = pd.Series(ytr, index=[s.user for s in tr]).groupby(level=0).mean()
-    out["per_user_mean"] = (np.array([per_user.get(s.user, mu) for s in te], float),
-                            "user's training mean; global mean if unseen")
+    med = float(np.median(ytr)) if len(ytr) else float("nan")
+    mode = _mode(ytr)
+    out = {"mean_predictor": (np.full(len(te), mu), "training-set mean label"),
+           "global_median": (np.full(len(te), med), "training-set median label (the best constant for MAE)"),
+           "global_mode": (np.full(len(te), mode), "training-set commonest label (ties: the smallest)")}
+    by_user = pd.Series(ytr, index=[s.user for s in tr]).groupby(level=0)
+    for stat, fallback, name in (("mean", mu, "mean"), ("median", med, "median"), (_mode, mode, "mode")):
+        per_user = by_user.agg(stat)
+        out[f"per_user_{name}"] = (np.array([per_user.get(s.user, fallback) for s in te], float),
+                                   f"user's training {name}; global {name} if unseen")
     last = _labels_before(tables, te)
     out["last_observed_label"] = (np.where(np.isnan(last), mu, last),
                                   "most recent label before the target day; training mean if none")
@@ -109,7 +127,7 @@ def run_baselines(samples_train: list[Sample], samples_test: list[Sample], table
     lo, hi = tables.target.scale_min, tables.target.scale_max
     rows = []
     for name, (pred, note) in baseline_predictions(tr, te, tables, seed=seed, channels=channels).items():
-        constant = float(pred[0]) if name == "mean_predictor" and len(pred) else None
+        constant = float(pred[0]) if name in CONSTANTS and len(pred) else None
         rows.append(dict(baseline=name, mae=_mae(yte, pred), mae_rounded=_mae(yte, np.clip(np.round(pred), lo, hi)),
                          prediction=constant, n_train=len(tr), n_test=len(te), note=note))
     return pd.DataFrame(rows)

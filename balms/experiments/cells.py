@@ -115,11 +115,49 @@ def cells_for(notebook: str, cfg: ExperimentConfig) -> list[CellDecl]:
     if notebook == "07_rationale_quality":  # the CoT cell of each judged (dataset, system, backbone)
         return list(dict.fromkeys(CellDecl(notebook, "judged", d, s, cfg.models_for(s, [m0])[0], True)
                                   for d in cfg.judged_datasets for m0 in cfg.backbones for s in cfg.judge_systems))
-    if notebook == "08_cpu_study":  # besides re-reading 01/02/03/05's cells: the model-size check
-        return [replace(c, n_samples=cfg.size_n_samples.get(d))
+    if notebook == "08_cpu_study":  # besides re-reading 01/02/03/05's cells: the model-size check, the sensor test
+        size = [replace(c, n_samples=cfg.size_n_samples.get(d))
                 for d in cfg.datasets for c in _grid(cfg, notebook, "size", datasets=[d], systems=cfg.size_systems,
                                                      models=cfg.size_backbones)] if cfg.size_backbones else []
+        return size + _sensor_test(cfg, notebook)
     return []
+
+
+# notebook 08's sensor test (issue 39): variant -> the agent options of its cells. The placebo replaces the window's
+# sensor values (balms.data.placebo); "mood_only" drops every sensor line; "no_mood" the same-day self-report;
+# "neutral_example" the paper template's "Answer: 1" (prompt-style "paper" systems only).
+SENSOR_VARIANTS = {"placebo_other_user": {"data_transform": "other_user"},
+                   "placebo_distant": {"data_transform": "distant"},
+                   "mood_only": {"sensors": False}, "no_mood": {"context": False},
+                   "neutral_example": {"format_example": "neutral"}}
+
+
+def _applies(variant: str, system: str, cfg: ExperimentConfig) -> bool:
+    """Whether a variant changes `system`'s prompt: no mood line to drop where the agent never shows one (the
+    personal baseline), no "Answer: 1" example outside the paper template."""
+    from balms.agents.registry import get_system
+
+    spec = get_system(system)
+    if variant == "no_mood":
+        return getattr(spec.agent, "context", True) is not False
+    if variant == "neutral_example":
+        return cfg.prompt_style == "paper" and "paper" in spec.prompt_styles
+    return True
+
+
+def _sensor_test(cfg: ExperimentConfig, notebook: str) -> list[CellDecl]:
+    """Each variant of each sensor-test system on the study's backbones, on the days of its real zero-shot cell
+    (`size_backbones` on their `size_n_samples`)."""
+    out = []
+    for d in [d for d in cfg.sensor_test_datasets if d in cfg.datasets]:  # no real cell to compare with elsewhere
+        for m in dict.fromkeys([*cfg.backbones, *cfg.size_backbones]):
+            n = cfg.size_n_samples.get(d) if m in cfg.size_backbones and m not in cfg.backbones else None
+            for variant, opts in SENSOR_VARIANTS.items():
+                systems = [s for s in cfg.sensor_test_systems if _applies(variant, s, cfg)]
+                out += [replace(c, n_samples=n) for c in _grid(cfg, notebook, "sensor_test", datasets=[d],
+                                                                 systems=systems, models=[m], options=opts,
+                                                                 labels={"variant": variant})]
+    return out
 
 
 def profile_notebooks(cfg: ExperimentConfig) -> list[str]:

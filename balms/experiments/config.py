@@ -125,6 +125,13 @@ class ExperimentConfig(BaseModel):
     # per dataset, how many of the zero-shot cells' target days the size check repeats: the first n of the same
     # nested order, so its days are a subset of the study backbone's and the two compare paired (absent: all)
     size_n_samples: dict[str, PositiveInt] = {}
+    # the sensor test of notebook 08 (issue 39), on these datasets (empty: off): each system that supports it
+    # (`sensor_test_systems`) on every backbone of the study (`backbones`, then `size_backbones` on their days)
+    # repeats its zero-shot cell with the sensor placebo (another user's window; the same user's distant one),
+    # without sensor lines (mood only), without the same-day mood, and with the paper template's neutral format
+    # example (balms.experiments.cells, balms.experiments.study.sensor_rows); only those among `datasets` (elsewhere
+    # there is no real zero-shot cell to compare with, so a narrowed `datasets` narrows the test too)
+    sensor_test_datasets: list[str] = []
     # ablations (04) and PHIA executors (05)
     ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
@@ -247,6 +254,14 @@ class ExperimentConfig(BaseModel):
                                  f"and a system in {known}")
         return v
 
+    @field_validator("sensor_test_datasets")
+    @classmethod
+    def _sensor_datasets(cls, v: list[str]) -> list[str]:
+        bad = [d for d in v if d not in dataset_names()]
+        if bad:
+            raise ValueError(f"sensor_test_datasets: unknown dataset(s) {bad}; expected among {dataset_names()}")
+        return v
+
     @field_validator("size_n_samples")
     @classmethod
     def _size_keys(cls, v: dict[str, int]) -> dict[str, int]:
@@ -266,6 +281,12 @@ class ExperimentConfig(BaseModel):
     def size_systems(self) -> list[str]:
         """The systems notebook 08 repeats on `size_backbones`: the single-call ones among `systems`."""
         return [s for s in self.systems if get_system(s).cost == "single"]
+
+    @property
+    def sensor_test_systems(self) -> list[str]:
+        """The systems notebook 08's sensor test repeats: those among `systems` whose agent applies the sensor test
+        options (`sensor_test`; RAPTOR and PHIA do not)."""
+        return [s for s in self.systems if getattr(get_system(s).agent, "sensor_test", False)]
 
     def runs_cot(self, system: str) -> bool:
         """Whether `system` has CoT cells (`cot_systems`, None = every system)."""

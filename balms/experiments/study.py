@@ -37,11 +37,24 @@ CLAIMS = {
                   "days; the size backbone minus the study's backbone).",
     "supervised": "Notebook 00's baselines fit on the training days, on the same held-out days: their MAE minus the "
                   "mean predictor's (no claim of the paper; beside the LLM systems, one interval method).",
+    # ours (issue 39): the bar an MAE must clear, and whether the agents read the sensors at all
+    "best_constant": "Ours: each cell against the best constant for MAE, the training-day median label (the paper "
+                     "compares with the mean predictor only; no claim, which side it falls on).",
+    "sensor_placebo": "Ours: does the system use the sensors? Its MAE on the real window minus on a placebo window "
+                      "(the sensor values of another user's window, or of the same user's distant one; labels, "
+                      "profile, mood and dates kept): 'uses the sensors' only where the interval excludes 0.",
+    "mood_only": "Ours: what the sensors add to the same-day mood and profile: the real cell's MAE minus the cell with "
+                 "every sensor line removed.",
+    "no_mood": "Ours: what the same-day mood line explains: the real cell's MAE minus the cell without it.",
+    "format_example": "Ours: the paper template's example answer ('Answer: 1') replaced by a neutral placeholder: the "
+                      "share of '1' answers, neutral minus paper example.",
 }
 NOT_RUN = "not run"
 OURS = "personal_baseline"
 OURS_CLAIMS = ("personal_baseline_mean", "personal_baseline_healthllm", "personal_baseline_user_mean", "model_size",
-               "supervised")
+               "supervised", "best_constant", "sensor_placebo", "mood_only", "no_mood", "format_example")
+BEST_CONSTANT = "global_median"  # balms.data.baselines: the training-day median, the best constant for MAE
+USES_SENSORS, NO_EVIDENCE = "uses the sensors", "cannot tell at this n"
 
 
 def claim_verdict(expect: str | None, diff, lo, hi) -> str:
@@ -98,6 +111,17 @@ def _mode_share_diff(a: pd.DataFrame, b: pd.DataFrame | None, *, seed: int = 0) 
         ind_a, ind_b, users = m["ind_a"].to_numpy(), m["ind_b"].to_numpy(), m["user"].to_numpy()
     diff, lo, hi = metrics.mean_ci(ind_a - ind_b, users, seed=seed) if len(ind_a) else (math.nan,) * 3
     return {"diff": diff, "ci_low": lo, "ci_high": hi, "n": int(len(ind_a))}
+
+
+def declared_part(cfg: ExperimentConfig, notebook: str, part: str, **kw) -> pd.DataFrame:
+    """The records of one part of a notebook's declared cells; an empty frame when the profile declares none (the
+    model-size check without `size_backbones`, the sensor test while it is off)."""
+    from balms.experiments.cells import cells_for
+    from balms.experiments.grid import run_declared
+
+    if not any(c.part == part for c in cells_for(notebook, cfg)):
+        return pd.DataFrame()
+    return run_declared(cfg, notebook, part, **kw)
 
 
 def supervised_records(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:
@@ -170,12 +194,13 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
 
 def claims_table(cfg: ExperimentConfig, zs: pd.DataFrame, cot: pd.DataFrame, horizon: pd.DataFrame,
                  phia: pd.DataFrame, size: pd.DataFrame | None = None,
-                 supervised: pd.DataFrame | None = None) -> pd.DataFrame:
+                 supervised: pd.DataFrame | None = None, sensor: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per comparison: claim, comparison, expected sign, difference with its 95% interval, n, verdict.
 
     `zs`, `cot`: records of the zero-shot and CoT cells; `horizon`: the look-back sweep; `phia`: PHIA records
     with an `executor` column; `size`: notebook 08's zero-shot cells on `size_backbones` (the paper's mean-predictor
-    claim is re-tested on them too); `supervised`: `supervised_records`. Ours follow the paper's rows."""
+    claim is re-tested on them too); `supervised`: `supervised_records`; `sensor`: notebook 08's sensor-test cells
+    (a `variant` column, `sensor_rows`). Ours follow the paper's rows."""
     size = size if size is not None else pd.DataFrame(columns=zs.columns)
     supervised = supervised if supervised is not None else supervised_records(cfg)
     from balms.agents.registry import get_system
@@ -212,7 +237,90 @@ def claims_table(cfg: ExperimentConfig, zs: pd.DataFrame, cot: pd.DataFrame, hor
             rows.append(_row("phia_executor", f"{d} PHIA improved - faithful MAE", "lower",
                              _paired(improved, faithful), dataset=d, system="phia", model=m))
     rows += ours_rows(cfg, zs, size, supervised)
+    rows += best_constant_rows(both, supervised)
+    rows += sensor_rows(cfg, zs, size, sensor)
     return pd.DataFrame(rows)
+
+
+def best_constant_rows(cells: pd.DataFrame, supervised: pd.DataFrame) -> list[dict]:
+    """Each zero-shot cell minus the best constant for MAE (`BEST_CONSTANT`, fit on the training days) on the same
+    days: the headline comparison made against the stronger bar too."""
+    rows = []
+    for (d, s, m), g in cells.groupby(["dataset", "system", "model"], sort=False) if len(cells) else []:
+        ref = supervised[(supervised.dataset == d) & (supervised.baseline == BEST_CONSTANT)] if len(supervised) \
+            else supervised
+        c = f"{d} {s} zero-shot {m} - training median (best constant)"
+        rows.append(_row("best_constant", c, None, _paired(g, ref), dataset=d, system=s, model=m) if len(ref)
+                    else _not_run("best_constant", c, None, dataset=d, system=s, model=m))
+    return rows
+
+
+def _variant(df: pd.DataFrame | None, name: str) -> pd.DataFrame:
+    if df is None or not len(df) or "variant" not in df.columns:
+        return pd.DataFrame()
+    return df[df["variant"] == name]
+
+
+def _answer_share_diff(a: pd.DataFrame, b: pd.DataFrame, value: int, *, seed: int = 0) -> dict:
+    """Share of `a`'s answers equal to `value` minus `b`'s, paired by sample, participant-bootstrap interval."""
+    m = a[["sample_id", "user", "prediction"]].merge(b[["sample_id", "prediction"]], on="sample_id",
+                                                   suffixes=("_a", "_b"))
+    d = (m["prediction_a"] == value).astype(float) - (m["prediction_b"] == value).astype(float)
+    diff, lo, hi = metrics.mean_ci(d.to_numpy(), m["user"].to_numpy(), seed=seed) if len(m) else (math.nan,) * 3
+    return {"diff": diff, "ci_low": lo, "ci_high": hi, "n": int(len(m))}
+
+
+def sensor_verdict(d: dict) -> str:
+    """'uses the sensors' where the interval of real minus placebo excludes 0 (either side: the answers moved with
+    the sensor values), else 'cannot tell at this n' (no interval: said so)."""
+    v = verdict(d["diff"], d["ci_low"], d["ci_high"])
+    return "no interval" if v == "no interval" else USES_SENSORS if v in ("lower", "higher") else NO_EVIDENCE
+
+
+def sensor_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, sensor: pd.DataFrame | None) -> list[dict]:
+    """Issue 39's rows, per dataset of `sensor_test_datasets`, system and backbone: real minus each placebo (with the
+    'uses the sensors' verdict), real minus mood-only, real minus no-mood (MAE, paired by day, participant
+    bootstrap), and the neutral example's share of '1' answers minus the paper example's. A comparison whose cells
+    are absent says "not run": with the test off, its rows are listed as such for the profile's datasets whose
+    prompt carries a same-day self-report (PMData's mood), so the table shows what is pending."""
+    from balms.data.channels import DEFAULT_CONTEXT_CHANNELS
+    from balms.experiments.cells import SENSOR_VARIANTS, _applies
+
+    rows = []
+    real_all = pd.concat([x for x in (zs, size) if x is not None and len(x)], ignore_index=True) \
+        if any(x is not None and len(x) for x in (zs, size)) else pd.DataFrame()
+    models = list(dict.fromkeys([*cfg.backbones, *cfg.size_backbones]))
+    shown = [d for d in cfg.sensor_test_datasets if d in cfg.datasets] if cfg.sensor_test_datasets else \
+        [d for d in cfg.datasets if d in DEFAULT_CONTEXT_CHANNELS]
+    for d in shown:
+        for m in models:
+            for s in cfg.sensor_test_systems:
+                real = _cell(real_all, d, s, m)
+                for variant in SENSOR_VARIANTS:
+                    if not _applies(variant, s, cfg):
+                        continue
+                    other = _cell(_variant(sensor, variant), d, s, m)
+                    kw = dict(dataset=d, system=s, model=m)
+                    if variant == "neutral_example":
+                        claim, c = "format_example", f"{d} {s} {m} share of '1' answers: neutral - paper example"
+                    elif variant.startswith("placebo"):
+                        where = "another user's" if variant == "placebo_other_user" else "the same user's distant"
+                        claim, c = "sensor_placebo", f"{d} {s} {m} real - placebo ({where} window)"
+                    else:
+                        what = "mood only (no sensor line)" if variant == "mood_only" else "no mood"
+                        claim, c = variant, f"{d} {s} {m} real - {what}"
+                    if not (len(real) and len(other)):
+                        rows.append(_not_run(claim, c, None, **kw))
+                        continue
+                    if claim == "format_example":
+                        rows.append(_row(claim, c, None, _answer_share_diff(other, real, 1, seed=cfg.seed), **kw))
+                        continue
+                    p = _paired(real, other)
+                    row = _row(claim, c, None, p, **kw)
+                    if claim == "sensor_placebo":
+                        row["verdict"] = sensor_verdict(p)
+                    rows.append(row)
+    return rows
 
 
 def power_table(cfg: ExperimentConfig, records: pd.DataFrame, dataset: str, ns=(25, 50, 100, 150, 300)) -> pd.DataFrame:
@@ -272,26 +380,78 @@ def ours_sentence(table: pd.DataFrame) -> str:
     return " ".join(out) or "No comparison of ours in this table."
 
 
-def answer_shares(records: pd.DataFrame) -> pd.DataFrame:
+def answer_shares(records: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Each cell's commonest answer and its share of the cell's days (unparseable answers count as one value):
-    a share of 1.0 is a cell that gave the same answer on every day, whatever the data said. One row per cell
-    (a look-back sweep's L14 cell is not the zero-shot cell: its days are drawn at the longest look-back)."""
-    cols = [c for c in ("dataset", "system", "model", "cot", "lookback", "executor") if c in records.columns]
+    a share of 1.0 is a cell that gave the same answer on every day, whatever the data said. Beside it the metrics
+    blind to the commonest answer (`balms.metrics.collapse_metrics`: class-averaged MAE, quadratic weighted kappa,
+    within-person Spearman with its participant-bootstrap interval) and the collapse flag (the answer's share above
+    the commonest label's by more than 20 points). One row per cell (a look-back sweep's L14 cell is not the
+    zero-shot cell: its days are drawn at the longest look-back)."""
+    cols = [c for c in ("dataset", "system", "model", "cot", "lookback", "executor", "variant")
+            if c in records.columns]
     rows = []
     for key, g in records.drop_duplicates(["cell_key", "sample_id"]).groupby("cell_key", sort=False):
         counts = _labels(g).value_counts()
+        cm = metrics.collapse_metrics(g, n_boot=n_boot, seed=seed)
         rows.append({**g.iloc[0][cols].to_dict(), "cell": str(key)[:12], "n": len(g),
                      "modal_answer": counts.index[0], "modal_share": round(counts.iloc[0] / len(g), 3),
                      "distinct_answers": len(counts),
-                     "gold_modal_share": round(g["label"].value_counts().iloc[0] / len(g), 3)})
+                     "gold_modal_share": round(g["label"].value_counts().iloc[0] / len(g), 3),
+                     **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in cm.items()
+                        if k in ("class_averaged_mae", "qwk", "within_person_spearman", "spearman_ci_low",
+                                 "spearman_ci_high", "spearman_n_users", "collapse")}})
     return pd.DataFrame(rows)
 
 
 def answers_sentence(answers: pd.DataFrame) -> str:
     """Which cells gave one answer on every day, from `answer_shares`."""
     one = answers[answers.modal_share == 1.0]
-    return (f"{len(one)} of {len(answers)} cells gave one answer on every day: "
+    flagged = (f"{int(answers['collapse'].sum())} of {len(answers)} cells raise the collapse flag (commonest answer's "
+               "share more than 20 points above the commonest label's). ") if "collapse" in answers else ""
+    return flagged + (f"{len(one)} of {len(answers)} cells gave one answer on every day: "
             + "; ".join(f"{r.dataset} {r.system} {r.model}{' CoT' if r.cot else ''}"
                         f"{f' L{r.lookback}' if r.lookback != 14 else ''}"
                         f"{f' ({r.executor} executor)' if isinstance(getattr(r, 'executor', None), str) else ''}"
                         f" always {r.modal_answer} (n = {r.n})" for r in one.itertuples()) + ".")
+
+
+SENSOR_CLAIMS = ("sensor_placebo", "mood_only", "no_mood", "format_example")
+
+
+def sensor_sentence(table: pd.DataFrame) -> str:
+    """The answer to issue 39's questions from the claims table: which cells use the sensors (real minus placebo
+    interval excludes 0), what the mood line and the sensors each move, and the neutral example's effect on the
+    share of '1' answers; "not run" when the sensor test has not run."""
+    rows = table[table.claim.isin(SENSOR_CLAIMS)]
+    ran = rows[rows.verdict != NOT_RUN]
+    if not len(rows):
+        return "The sensor test declares no comparison in this profile."
+    if not len(ran):
+        return (f"The sensor test (placebo, mood only, no mood, neutral example): not run ({len(rows)} comparisons "
+                "declared; `sensor_test_datasets` turns its cells on).")
+    pl = ran[ran.claim == "sensor_placebo"]
+    uses = pl[pl.verdict == USES_SENSORS]
+    out = [f"Uses the sensors (real minus placebo MAE interval excludes 0): {len(uses)} of {len(pl)} placebo "
+           "comparisons" + (": " + "; ".join(f"{r.comparison} ({_num(r)})" for r in uses.itertuples())
+                            if len(uses) else "") + "."]
+    for claim, what in (("mood_only", "Real minus mood only (what the sensors add)"),
+                        ("no_mood", "Real minus no mood (what the mood line explains)"),
+                        ("format_example", "Neutral minus paper example, share of '1' answers")):
+        g = ran[ran.claim == claim]
+        if len(g):
+            out.append(f"{what}: " + "; ".join(f"{r.dataset} {r.system} {r.model} {_num(r)}" for r in g.itertuples())
+                       + ".")
+    return " ".join(out)
+
+
+def best_constant_sentence(table: pd.DataFrame) -> str:
+    """How many cells beat the best constant for MAE (the training median) on the same days, from the table."""
+    g = table[(table.claim == "best_constant") & (table.verdict != NOT_RUN)]
+    if not len(g):
+        return "No cell was compared with the best constant."
+    v = g.apply(lambda r: verdict(r["diff"], r["ci_low"], r["ci_high"]), axis=1)
+    lower, tie = g[v == "lower"], int(v.isin(["indistinguishable", "no interval"]).sum())
+    names = "; ".join(f"{r.dataset} {r.system} {r.model}" for r in lower.itertuples())
+    return (f"Against the best constant for MAE (the training median label), {len(lower)} of {len(g)} cells have a "
+            f"lower MAE, {int((v == 'higher').sum())} a higher one, {tie} cannot be told apart at this n"
+            + (f": lower: {names}" if names else "") + ".")

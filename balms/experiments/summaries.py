@@ -154,6 +154,9 @@ def table3_paper_vs_ours(summary: pd.DataFrame, mean_pred: pd.DataFrame, *, cot:
         row["paper mean predictor"] = paper_mean_predictor([d])[d]
         m = mean_pred[mean_pred["dataset"] == d]
         row["ours mean predictor"] = float(m["mae_raw_mean"].iloc[0]) if len(m) else np.nan
+        # the best constant for MAE beside it (issue 39): the training median label
+        row["ours best constant (training median)"] = float(m["mae_train_median"].iloc[0]) \
+            if len(m) and "mae_train_median" in m else np.nan
         row["n"] = int(g["n"].max())
         row["source"] = ";".join(sorted(set(g["source"])))
         rows.append(row)
