@@ -119,7 +119,7 @@ def test_installed_dataset_appears_in_plan_notebooks_00_and_01_and_a_bundle(tmp_
               "-p", "profile", "smoke", "-y", "systems: [healthllm]\ndatasets: [tinycohort]",
               ROOT / "notebooks" / f"{nb}.ipynb", tmp_path / f"{nb}.ipynb"], env=env, cwd=tmp_path)
     t5 = pd.read_csv(out / "smoke" / "tables" / "table5_eval_sets.csv")
-    assert "tinycohort" in set(t5["dataset"].astype(str).str.lower()) | set(t5.get("name", pd.Series()).astype(str))
+    assert "TinyCohort (example)" in set(t5["dataset"])  # its display name, from its spec
     t3 = pd.read_csv(out / "smoke" / "tables" / "table3_zero_shot.csv")
     assert t3.astype(str).apply(lambda c: c.str.contains("TinyCohort|tinycohort")).any().any()
     ran = {p.name.removesuffix(".jsonl").rsplit("__", 1)[-1] for p in (runs / "smoke" / "tinycohort").glob("*.jsonl")}

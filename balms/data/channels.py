@@ -34,7 +34,7 @@ def resolve_channels(tables: DatasetTables, channels) -> list[Channel] | None:
     "all", a device name ("wearable" for the GLOBEM Fitbit-only ablation, "phone"), or a list of
     channel names (unknown names are an error naming the dataset).
     """
-    if channels is None:
+    if channels is None or channels == "default":  # "default": how records and specs write None (channels_option)
         default = DEFAULT_PROMPT_CHANNELS.get(tables.name)
         have = {c.name for c in tables.channels}
         if default and all(n in have for n in default):
@@ -127,7 +127,7 @@ def check_style(style: str) -> str:
 
 
 def _explicit(channels) -> bool:
-    if channels is None or channels == "all":
+    if channels is None or channels in ("all", "default"):
         return False
     return not (isinstance(channels, str) and channels in DEVICES)
 
