@@ -383,13 +383,14 @@ def import_bundle(path: Path, *, cache_dir: Path | None = None, check_local_data
     return {"profile": meta["profile"], "run_files": installed, **counts}
 
 
-def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol: float = 1e-9) -> list[str]:
-    """Differences between every CSV table in `committed` and its regenerated counterpart in `ours`
-    (index.csv and latency columns aside). Empty list = reproduced."""
+def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol: float = 1e-9,
+                   only: list[str] | None = None) -> list[str]:
+    """Differences between every CSV table in `committed` (those named in `only`, when given) and its regenerated
+    counterpart in `ours` (index.csv and latency columns aside). Empty list = reproduced."""
     problems = []
-    refs = sorted(Path(committed).glob("*.csv"))
+    refs = sorted(Path(committed) / n for n in only) if only else sorted(Path(committed).glob("*.csv"))
     index = Path(committed) / "index.csv"
-    if index.exists():  # only the artefacts the notebooks wrote (not e.g. `make data`'s data_summary.csv)
+    if index.exists() and not only:  # only the artefacts the notebooks wrote (not e.g. `make data`'s data_summary.csv)
         listed = {Path(p).name for p in pd.read_csv(index)["path"] if str(p).endswith(".csv")}
         refs = [r for r in refs if r.name in listed]
     for ref in refs:

@@ -112,6 +112,58 @@ def check_index(profile: str) -> pd.DataFrame:
     return idx
 
 
+def _notebook_artefacts(index: Path, notebook: str) -> list[Path]:
+    """Every file of the artefacts `notebook` registered in `index` (a table's csv/md/tex, a figure's png/pdf)."""
+    if not index.exists():
+        return []
+    idx = pd.read_csv(index)
+    out = []
+    for p in idx.loc[idx["notebook"] == notebook, "path"]:
+        p = paths.PROJECT_ROOT / p
+        exts = (".csv", ".md", ".tex") if p.suffix == ".csv" else (".png", ".pdf")
+        out += [p.with_suffix(e) for e in exts if p.with_suffix(e).exists()]
+    return out
+
+
+def snapshot(profile: str, notebook: str, to: Path) -> int:
+    """Copy the committed artefacts of `notebook` to `to` before a re-run (what `written` compares against)."""
+    import shutil
+
+    shutil.rmtree(to, ignore_errors=True)
+    to.mkdir(parents=True)
+    tdir, _ = paths.committed_dirs(profile)
+    files = _notebook_artefacts(tdir / "index.csv", notebook)
+    for f in files:
+        shutil.copy2(f, to / f.name)
+    return len(files)
+
+
+def _same_table(a: Path, b: Path) -> bool:
+    """Numbers compared (1e-9), latency columns apart, as `balms bundle compare` does."""
+    from balms.bundle import compare_tables
+
+    return not compare_tables(a.parent, b.parent, only=[a.name])
+
+
+def written(profile: str, notebook: str, before: Path) -> list[tuple[str, str]]:
+    """(path, "equal" | "differs" | "new") for every artefact `notebook` wrote in this profile's output: tables
+    by their numbers (latency columns apart), figures by their bytes, against the copy `snapshot` took."""
+    tdir, _ = output_dirs(profile)
+    rows = []
+    for f in _notebook_artefacts(tdir / "index.csv", notebook):
+        if f.suffix not in (".csv", ".png"):
+            continue
+        ref = before / f.name
+        if not ref.exists():
+            status = "new"
+        elif f.suffix == ".csv":
+            status = "equal" if _same_table(f, ref) else "differs"
+        else:
+            status = "equal" if f.read_bytes() == ref.read_bytes() else "differs"
+        rows.append((_rel(f), status))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m balms.report")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -123,7 +175,24 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--out", default="report")
     h.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
     h.add_argument("--all", action="store_true", help="every run file, superseded cells too")
+    for name, helptext in (("snapshot", "copy a notebook's committed artefacts aside before a re-run"),
+                           ("written", "each artefact a notebook wrote: equal or differs from the snapshot")):
+        w = sub.add_parser(name, help=helptext)
+        w.add_argument("--profile", default="demo")
+        w.add_argument("--notebook", required=True)
+        w.add_argument("--dir", required=True, help="the snapshot folder")
     a = ap.parse_args(argv)
+    if a.cmd == "snapshot":
+        snapshot(a.profile, a.notebook, Path(a.dir))
+        return 0
+    if a.cmd == "written":
+        rows = written(a.profile, a.notebook, Path(a.dir))
+        for p, status in rows:
+            print(f"  {status:8s} {p}")
+        n = sum(s == "differs" for _, s in rows)
+        print(f"[{a.notebook}] {len(rows)} artefacts written: {len(rows) - n - sum(s == 'new' for _, s in rows)} "
+              f"equal to the committed ones, {n} differ" + (" (latency columns apart)" if rows else ""))
+        return 0
     if a.cmd == "index":
         idx = check_index(a.profile)
         if a.json:
