@@ -47,7 +47,7 @@ def test_interval_bars_one_panel_per_backbone_and_a_row_per_dataset():
     assert titles[:3] == [f"pmdata | {m}" for m in order] and titles[3] == "globem | Qwen2.5-7B-Instruct"
     heights = [[round(p.get_height(), 3) for p in ax.patches] for ax in fig.axes]
     assert heights == [[1.0], [], [2.0], [3.0], [], []]
-    assert any(t.get_text() == "no cell run" for t in fig.axes[1].texts)
+    assert any(t.get_text() == "not run (no cell)" for t in fig.axes[1].texts)
 
 
 def test_table3_puts_ours_beside_the_papers_column_of_the_same_backbone():
