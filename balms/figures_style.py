@@ -44,6 +44,8 @@ DISPLAY: dict[str, Display] = {
     "diff": Display("difference, first term minus second (95% interval)", "", None),
     "conditional accuracy": Display("conditional accuracy", "share", "higher"),
     "value": Display("value", ""),
+    "gq": Display("GQ, overall quality rescaled", "0-1", "higher"),
+    "backbone": Display("backbone"),
     "system": Display("system"),
     "dataset": Display("dataset"),
     "label": Display("label", "native scale"),

@@ -338,7 +338,8 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
             if col:
                 sub = sub[sub[col] == cv]
             if sub.empty:
-                ax.text(0.5, 0.5, f"{style.NOT_RUN} (no cell)", ha="center", va="center", transform=ax.transAxes, fontsize=7)
+                ax.text(0.5, 0.5, f"{style.NOT_RUN} (no cell)", ha="center", va="center", transform=ax.transAxes,
+                        fontsize=7)
             for j, h in enumerate(hues):
                 for i, xv in enumerate(xs):
                     cell = sub[(sub[x] == xv) & (sub[hue] == h)]
@@ -404,7 +405,10 @@ def forest(df: pd.DataFrame, *, label: str | list[str], est: str, lo: str, hi: s
     style.apply()
     cols = [label] if isinstance(label, str) else list(label)
     # a part an earlier part already names is not repeated ("... qwen2.5-coder-1.5b - ..." needs no " · model")
-    labels = [" · ".join(p for i, p in enumerate(parts) if not any(p in q for q in parts[:i]))
+    import re
+
+    labels = [" · ".join(p for i, p in enumerate(parts)
+                         if not any(re.search(rf"(?<!\S){re.escape(p)}(?!\S)", q) for q in parts[:i]))
               for parts in df[cols].astype(str).itertuples(index=False)]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
