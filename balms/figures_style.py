@@ -65,6 +65,12 @@ def label(column: str) -> str:
     return d.label + (f" ({'; '.join(extra)})" if extra else "")
 
 
+def n_per(df, by: str = "dataset", n: str = "n", what: str = "samples") -> str:
+    """The n a title states, per group as counted (not the profile's n_samples: a dataset may have fewer)."""
+    got = df.groupby(by, sort=False)[n].max()
+    return f"{what} per {by}: " + ", ".join(f"{k} {int(v)}" for k, v in got.items())
+
+
 def apply() -> None:
     """Set the style for every figure drawn after it (report's figure functions call it)."""
     import matplotlib as mpl

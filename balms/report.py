@@ -196,9 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = written(a.profile, a.notebook, Path(a.dir))
         for p, status in rows:
             print(f"  {status:8s} {p}")
-        n = sum(s == "differs" for _, s in rows)
-        print(f"[{a.notebook}] {len(rows)} artefacts written: {len(rows) - n - sum(s == 'new' for _, s in rows)} "
-              f"equal to the committed ones, {n} differ" + (" (latency columns apart)" if rows else ""))
+        k = {x: sum(s == x for _, s in rows) for x in ("equal", "differs", "new")}
+        print(f"[{a.notebook}] {len(rows)} artefacts written: {k['equal']} equal to the committed ones, "
+              f"{k['differs']} differ, {k['new']} new (tables: numbers compared, latency columns apart; "
+              f"figures: bytes; committed copies in {a.dir})")
         return 0
     if a.cmd == "index":
         idx = check_index(a.profile)
