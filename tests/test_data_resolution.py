@@ -196,3 +196,39 @@ def test_make_notebook_00_with_empty_data_folder(tmp_path):
     assert {str(d): _digest(d) for d in watched} == before
     assert (ROOT / "build" / "synthetic" / "demo" / "executed" / "00_preprocessing.ipynb").exists()
     shutil.rmtree(ROOT / "build" / "synthetic", ignore_errors=True)
+
+
+def _rows(db: Path, table: str) -> int:
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as con:
+        return con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+@pytest.mark.slow
+def test_reviewer_command_on_a_fresh_clone(tmp_path, real_data):
+    """`make notebook NB=01_prediction` on a fresh clone: the committed responses are imported first, the run adds
+    no response to the cache (0 model calls), and it ends listing each artefact as equal / differs."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    cache = tmp_path / "cache"
+    env = {"BALMS_RAW_DIR": str(real_data), "BALMS_CACHE_DIR": str(cache), "BALMS_RUNS_DIR": str(tmp_path / "runs")}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BALMS_OUTPUT_DIR")}, **env}
+    venv = Path(PY).parent.parent
+    # what the import alone puts in the cache: the run must add nothing to it
+    subprocess.run([PY, "-m", "balms.cli", "bundle", "import-responses", "results/demo/responses.jsonl.gz"],
+                   cwd=clone, env=env, check=True, capture_output=True)
+    imported = (_rows(cache / "responses.sqlite", "responses"), _rows(cache / "raptor_summaries.sqlite", "summaries"))
+    r = subprocess.run(["make", "--no-print-directory", f"VENV={venv}", "notebook", "NB=01_prediction"], cwd=clone,
+                       env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "committed responses results/demo/responses.jsonl.gz imported" in r.stdout
+    after = (_rows(cache / "responses.sqlite", "responses"), _rows(cache / "raptor_summaries.sqlite", "summaries"))
+    assert after == imported, f"model calls were made: cache rows {imported} -> {after}"
+    listed = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("  ") and ln.split()[0] in
+              ("equal", "differs", "new")]
+    assert listed and {p for _, p in listed} >= {"tables/table3_zero_shot_mae.csv", "figures/table3_zero_shot_mae.png"}
+    assert not any(s == "new" for s, _ in listed), listed
+    print("\n".join(" ".join(x) for x in listed))  # shown with -s: which artefacts differ from the committed ones

@@ -252,3 +252,22 @@ def test_committed_figures_pass_the_checks():
         if d.get("problems", ["not checked: regenerate the figure"]):
             bad[str(f.relative_to(paths.PROJECT_ROOT))] = d.get("problems", ["not checked"])
     assert not bad, bad
+
+
+def test_ranking_sentence_does_not_rank_ties():
+    """Four equal values are not a ranking ("healthllm 0.00 > phia 0.00" was printed)."""
+    from balms.experiments.claims import ranking_sentence
+
+    df = pd.DataFrame({"system": ["healthllm", "phia", "rag", "raptor"], "v": [0.0, 0.0, 0.001, 0.5]})
+    got = ranking_sentence(df, "v", item="system", digits=2)
+    assert "raptor 0.50 > " in got and ">" not in got.split("raptor 0.50 > ")[1], got
+    assert got.count(" = ") == 2, got
+
+
+def test_committed_claims_rows_are_told_apart_by_comparison_and_model():
+    """The claims figure labels each row with its comparison and model: in the committed table that pair is
+    unique (the figure refuses repeats, test_forest_refuses_repeated_row_labels)."""
+    from balms import paths
+
+    t = pd.read_csv(paths.RESULTS_DIR / "cpu-study" / "tables" / "cpu_study_claims.csv")
+    assert not t.duplicated(["comparison", "model"]).any()
