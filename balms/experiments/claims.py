@@ -92,7 +92,7 @@ def ranking_sentence(df: pd.DataFrame, value: str, *, item: str, within: str | N
             continue
         shown = [(i, f"{v:.{digits}f}") for i, v in m.items()]
         order = shown[0][0] + f" {shown[0][1]}{unit}"
-        for (_, a), (i, b) in zip(shown, shown[1:]):  # equal as printed: "=", never a ranking of ties
+        for (_, a), (i, b) in zip(shown, shown[1:], strict=False):  # tied as printed: "=", not ">"
             order += f" {'=' if a == b else '>' if descending else '<'} {i} {b}{unit}"
         parts.append(f"{g}: {order}" if within else order)
     if not parts:
