@@ -17,7 +17,6 @@ import gzip
 import hashlib
 import io
 import json
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -348,9 +347,7 @@ def check_data(meta: dict, raw_root: str | None = None) -> list[str]:
     """Datasets whose local tables differ from those the bundle's runs read (a replay would not match)."""
     from balms.data.loading import load_dataset
 
-    # as `make` resolves it: BALMS_RAW_DIR, else the real data beside the project, else data/raw
-    raw_root = raw_root or os.environ.get("BALMS_RAW_DIR") or paths.shared_data_dir()
-    problems = []
+    problems = []  # raw_root None: balms.paths.raw_dir(), the resolution make and the notebooks use
     for dataset, fps in meta.get("data_fingerprints", {}).items():
         local = load_dataset(dataset, Path(raw_root) if raw_root else None).fingerprint()
         if fps and local not in fps:

@@ -11,8 +11,8 @@
 # %% [markdown]
 # # 00 · Preprocessing: from raw files to samples (Table 5)
 #
-# Each dataset's raw files (real where `BALMS_RAW_DIR` has them, otherwise a synthetic cohort in the same
-# layout) become a daily table, then (user, target day, look-back window, label) samples. Every filter is
+# Each dataset's raw files (real where `balms.paths.raw_dir()` finds them: `BALMS_RAW_DIR`, else `../shared/data`
+# beside the project, else `data/raw`; otherwise a synthetic cohort in the same layout, said on stderr) become a daily table, then (user, target day, look-back window, label) samples. Every filter is
 # counted. The mean predictor (training-set mean, no sensing) is the paper's reference baseline; we add
 # per-user mean, last label, ridge and gradient boosting on window summaries.
 #
