@@ -71,6 +71,11 @@ def n_per(df, by: str = "dataset", n: str = "n", what: str = "samples") -> str:
     return f"{what} per {by}: " + ", ".join(f"{k} {int(v)}" for k, v in got.items())
 
 
+def title_width(fig) -> int:
+    """Characters of a title line that fit the figure's width at the title's font size."""
+    return max(40, int(fig.get_figwidth() * 72 / (0.55 * (FONT_SIZE + 1))))
+
+
 def apply() -> None:
     """Set the style for every figure drawn after it (report's figure functions call it)."""
     import matplotlib as mpl
@@ -85,9 +90,10 @@ def apply() -> None:
 
 def plain_log(ax, axis: str = "y") -> None:
     """A log axis with plain numbers (60, not 6x10^1)."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     a = ax.yaxis if axis == "y" else ax.xaxis
+    a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # 1-2-5: several ticks within one decade
     a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     a.set_minor_formatter(NullFormatter())
 

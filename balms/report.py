@@ -245,7 +245,7 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
             ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=7, transform=ax.transAxes)
             if v is not None:
                 ax.set_title(str(v))
-        fig.suptitle(_wrap(title))
+        fig.suptitle(_wrap(title, style.title_width(fig)))
         return fig
     if col:
         kw["col_order"] = panels
@@ -259,7 +259,7 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
                 ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=7, transform=ax.transAxes)
     g.set_titles("{col_name}" if col else "")
     g.set_axis_labels(style.label(x), style.label(y))
-    g.figure.suptitle(_wrap(title), y=1.06)
+    g.figure.suptitle(_wrap(title, style.title_width(g.figure)), y=1.06)
     return g.figure
 
 
@@ -300,7 +300,7 @@ def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order:
             ax.fill(np.append(theta, theta[0]), np.append(vals, vals[0]), alpha=0.15)
         ax.legend(fontsize=6, loc="upper right", bbox_to_anchor=(1.35, 1.15))
     # lines of ~110 characters, never breaking a model name ("Qwen2.5-7B-Instruct") at a hyphen
-    fig.suptitle(_wrap(title))
+    fig.suptitle(_wrap(title, style.title_width(fig)))
     fig.tight_layout()
     return fig
 
@@ -384,7 +384,7 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
     if labels:  # below the panels: a legend inside one would cover its bars
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), bbox_to_anchor=(0.5, 0))
     fig.suptitle(_wrap(title + " (error bars: 95% participant-bootstrap intervals of the tables; "
-                       "x = cell without a parsed answer)"))
+                       "x = cell without a parsed answer)", style.title_width(fig)))
     fig.tight_layout(rect=(0, 0.04 * (1 + len(labels) // 4) if labels else 0, 1, 1))
     return fig
 
@@ -450,6 +450,6 @@ def forest(df: pd.DataFrame, *, label: str | list[str], est: str, lo: str, hi: s
         handles, names_ = ax.get_legend_handles_labels()
         uniq = dict(zip(names_, handles, strict=True))
         fig.legend(uniq.values(), uniq.keys(), loc="lower center", ncol=len(uniq), bbox_to_anchor=(0.5, 0))
-    fig.suptitle(_wrap(title, 100))
+    fig.suptitle(_wrap(title, style.title_width(fig)))
     fig.tight_layout(rect=(0, 0.03 if color_by else 0, 1, 1))
     return fig
