@@ -225,6 +225,7 @@ def test_reviewer_command_on_a_fresh_clone(tmp_path, real_data):
                        env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "committed responses results/demo/responses.jsonl.gz imported" in r.stdout
+    assert " 0 model calls made" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]  # the grid's own count
     after = (_rows(cache / "responses.sqlite", "responses"), _rows(cache / "raptor_summaries.sqlite", "summaries"))
     assert after == imported, f"model calls were made: cache rows {imported} -> {after}"
     listed = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("  ") and ln.split()[0] in
