@@ -108,7 +108,15 @@ def relabel(fig) -> None:
         t = ax.get_title()
         m = re.fullmatch(r"(\w+) = (.+)", t)  # seaborn's facet titles "measure = mode_rate"
         if m:
-            ax.set_title(m.group(2).replace("_", " "))
+            t = m.group(2).replace("_", " ")
+        # a dataset as the paper names it (the registry's display name): "pmdata | m" -> "PMData | m"
+        ax.set_title(" | ".join(_dataset_names().get(p, p) for p in t.split(" | ")))
+
+
+def _dataset_names() -> dict[str, str]:
+    from balms.data.registry import dataset_names, get_dataset
+
+    return {d: get_dataset(d).display_name for d in dataset_names()}
 
 
 _RAW = re.compile(r"\b[a-z]+(_[a-z0-9]+)+\b")
