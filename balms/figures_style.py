@@ -38,6 +38,7 @@ DISPLAY: dict[str, Display] = {
     "mean_prompt_tokens": Display("mean prompt tokens per sample", "tokens"),
     "lookback": Display("look-back window", "days"),
     "per_window": Display("failures per window", "", "lower"),
+    "mode_rate": Display("mode rate", "share of answers that are the modal one", "lower"),
     "n": Display("samples", "count"),
     "count": Display("samples", "count"),
     "missing": Display("missing days", "share"),
@@ -110,7 +111,8 @@ def relabel(fig) -> None:
         if m:
             t = m.group(2).replace("_", " ")
         # a dataset as the paper names it (the registry's display name): "pmdata | m" -> "PMData | m"
-        ax.set_title(" | ".join(_dataset_names().get(p, p) for p in t.split(" | ")))
+        names = _dataset_names() | {k: d.label for k, d in DISPLAY.items()}
+        ax.set_title(" | ".join(names.get(p, p) for p in t.split(" | ")))
 
 
 def _dataset_names() -> dict[str, str]:
@@ -136,8 +138,9 @@ def check_figure(fig, *, caption: str = "", n: int | None = None, source: str | 
                 problems.append(f"panel {i}: raw column name as {what}: {text!r}")
         if " = " in ax.get_title():
             problems.append(f"panel {i}: seaborn facet title {ax.get_title()!r}")
-        if _RAW.search(ax.get_title()):
-            problems.append(f"panel {i}: raw name in title {ax.get_title()!r}")
+        raw = [p for p in ax.get_title().split(" | ") if p in DISPLAY and DISPLAY[p].label != p]
+        if raw:
+            problems.append(f"panel {i}: raw column name in title {ax.get_title()!r}")
         fig.canvas.draw()
         for tick in ax.get_yticklabels() + ax.get_xticklabels():
             if "times" in tick.get_text() or "^{" in tick.get_text():
