@@ -85,7 +85,8 @@ def apply() -> None:
     sns.set_theme(style="whitegrid", palette=PALETTE, rc={"grid.linewidth": 0.4})
     mpl.rcParams.update({"font.size": FONT_SIZE, "axes.titlesize": FONT_SIZE, "axes.labelsize": FONT_SIZE,
                          "xtick.labelsize": FONT_SIZE - 1, "ytick.labelsize": FONT_SIZE - 1,
-                         "legend.fontsize": FONT_SIZE - 1, "figure.titlesize": FONT_SIZE + 1,
+                         "legend.fontsize": FONT_SIZE - 1, "legend.title_fontsize": FONT_SIZE,
+                         "figure.titlesize": FONT_SIZE + 1,
                          "savefig.dpi": 200, "legend.frameon": False})
 
 
