@@ -151,7 +151,8 @@ def check_figure(fig, *, caption: str = "", n: int | None = None, source: str | 
         if ax.axison and not drawn and not any(t.get_text().strip() for t in ax.texts):
             problems.append(f"panel {i} ({ax.get_title()!r}): empty, without a '{NOT_RUN}' mark")
     for text, where in ((title, "title"), (caption, "caption")):
-        for m in re.finditer(r"\bn = (\d+)", text):
+        # an unqualified "n = 160" is the artefact's n; "n = 5 samples per cell" states a per-group count
+        for m in re.finditer(r"\bn = (\d+)(?![^;,()]*\bper\b)", text):
             if n is not None and int(m.group(1)) != n:
                 problems.append(f"{where} says n = {m.group(1)}, the artefact n = {n}")
         m = re.search(r"data: (real|synthetic|mixed)", text)

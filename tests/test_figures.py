@@ -196,7 +196,7 @@ def test_the_checks_catch_what_a_reader_trips_on():
     axes[0].set_yscale("log")  # matplotlib's default log ticks: 10^1
     axes[0].set_ylabel("mean_prompt_tokens")
     axes[1].set_title("measure = mode_rate")
-    fig.suptitle("n = 160 per dataset; data: mixed")
+    fig.suptitle("n = 160; data: mixed")
     got = "\n".join(style.check_figure(fig, n=10, source="real"))
     for fault in ("raw column name as y label", "seaborn facet title", "power-of-ten tick", "empty, without",
                   "title says n = 160", "title says data: mixed"):
@@ -207,6 +207,8 @@ def test_the_checks_catch_what_a_reader_trips_on():
     axes[2].text(0.5, 0.5, style.NOT_RUN)
     fig.suptitle("n = 10; data: real")
     assert style.check_figure(fig, n=10, source="real") == []
+    fig.suptitle("n = 5 samples per cell; data: real")  # a per-group count is not the artefact's n
+    assert style.check_figure(fig, n=35, source="real") == []
     plt.close(fig)
 
 
