@@ -257,6 +257,12 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
         for ax, v in zip(g.axes.flat, panels, strict=False):
             if not (ok[col] == v).any():
                 ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=7, transform=ax.transAxes)
+            elif kind == "bar":  # a category of the shared x axis without a value in this panel says so
+                have = {str(c) for c in ok.loc[ok[col] == v, x]}
+                for pos, tick in zip(ax.get_xticks(), ax.get_xticklabels(), strict=False):
+                    if tick.get_text() not in have:
+                        ax.text(pos, 0, style.NOT_RUN, rotation=90, ha="center", va="bottom", fontsize=6,
+                                color="grey", transform=ax.get_xaxis_transform())
     g.set_titles("{col_name}" if col else "")
     g.set_axis_labels(style.label(x), style.label(y))
     g.figure.suptitle(_wrap(title, style.title_width(g.figure)), y=1.06)

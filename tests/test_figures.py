@@ -102,8 +102,10 @@ def test_facet_keeps_a_panel_per_backbone_when_one_has_no_values():
                        col_order=["A", "B", "C", "D"], title="t")
     titles = _panel_titles(fig)
     assert titles == ["A", "B", "C", "D"]  # the value alone, not seaborn's "model = A"
-    empty = [ax.get_title() for ax in fig.axes if any(style.NOT_RUN in t.get_text() for t in ax.texts)]
+    empty = [ax.get_title() for ax in fig.axes if any("nothing parsed" in t.get_text() for t in ax.texts)]
     assert empty == ["B", "D"]
+    # C has d1 only: its d2 slot says so
+    assert [t.get_text() for t in fig.axes[2].texts] == [style.NOT_RUN]
 
 
 def test_facet_with_no_value_at_all_still_draws_every_panel():
@@ -285,3 +287,13 @@ def test_facet_titles_of_column_values_read_as_display_names():
     style.relabel(fig)
     assert _panel_titles(fig) == ["mode rate", "MAE"] and style.check_figure(fig, source="real") == []
     assert [ax.get_xticklabels()[0].get_text() for ax in fig.axes] == ["pmdata"] * 2
+
+
+def test_facet_bar_marks_a_category_a_panel_did_not_run():
+    """Table 4's "ours" panel ran Health-LLM only: RAG, RAPTOR and PHIA say "not run" instead of an empty slot."""
+    df = pd.DataFrame({"panel": ["paper", "paper", "ours"], "system": ["healthllm", "rag", "healthllm"],
+                       "setting": ["full"] * 3, "MAE": [1.0, 1.2, 0.6]})
+    fig = report.facet(df, kind="bar", x="system", y="MAE", hue="setting", col="panel", title="Table 4; data: real")
+    ours = fig.axes[1]
+    assert [t.get_text() for t in ours.texts] == [style.NOT_RUN]
+    assert [t.get_text() for t in fig.axes[0].texts] == []
