@@ -14,10 +14,9 @@ export BALMS_P := $(P)
 SHARED_WHEELS ?= ../shared/wheels
 # llama.cpp build: scripts/install-llama-cpp (LLAMA_FLAVOR=auto|avx512|avx2; AMX always off, see README).
 
-# Real data where present: BALMS_RAW_DIR, else ../shared/data beside the project, else data/raw (synthetic
-# cohorts are generated for any dataset whose folder is missing).
-BALMS_RAW_DIR ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),$(CURDIR)/data/raw)
-export BALMS_RAW_DIR
+# Real data: balms.paths.raw_dir() resolves it for make, the CLI and the notebooks alike (BALMS_RAW_DIR, else
+# ../shared/data beside the project, else data/raw; a dataset without a folder runs on a synthetic cohort, said
+# on stderr before anything runs, and its artefacts go to build/synthetic/ unless P="-p allow_synthetic true").
 
 # the profile's `notebooks:` (all when it names none; all before the venv exists; a bad profile stops make)
 NOTEBOOKS := $(shell test -x $(PY) && { $(PY) -m balms.cli config notebooks --profile $(PROFILE) || echo BAD_PROFILE; })
@@ -25,7 +24,8 @@ ifneq ($(filter BAD_PROFILE,$(NOTEBOOKS)),)
 $(error profile $(PROFILE): see the message above)
 endif
 NOTEBOOKS := $(or $(NOTEBOOKS),$(sort $(wildcard notebooks/[0-9][0-9]_*.py)))
-EXEC_DIR  ?= notebooks/executed/$(PROFILE)
+# notebooks/executed/<profile>, or build/synthetic/<profile>/executed when a dataset falls back (balms.paths)
+EXEC_DIR  ?= $(or $(shell test -x $(PY) && BALMS_ALLOW_SYNTHETIC=$(if $(findstring allow_synthetic true,$(P)),1,$$BALMS_ALLOW_SYNTHETIC) $(PY) -m balms.paths executed-dir $(PROFILE)),notebooks/executed/$(PROFILE))
 EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
 RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
@@ -36,7 +36,10 @@ LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  \033[1m%-16s\033[0m %s\n", $$1, $$2}'
-	@echo "  Variables: PROFILE=demo|smoke|paper (default demo), P=\"-p name value ...\" papermill overrides,"
+	@echo "  Profiles (PROFILE=NAME, default demo; each file's first sentence, from profiles/):"
+	@for f in profiles/*.yaml; do printf "    %-12s %s\n" "$$(basename $$f .yaml)" "$$(sed -n '/^#/!q;s/^# *//p' $$f | tr '\n' ' ' | sed 's/\. .*/./' | cut -c1-110)"; done
+	@echo "  Notebooks (make notebook NB=NAME): $(NB_NAMES)"
+	@echo "  Variables: P=\"-p name value ...\" papermill overrides,"
 	@echo "             YES=1 (make paper PROFILE=paper without asking after the plan),"
 	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS,"
 	@echo "             LLAMA_FLAVOR=auto|avx512|avx2 (llama.cpp build for make install)"
@@ -154,13 +157,22 @@ $(EXEC_DIR)/%.ipynb: notebooks/%.py notebooks/%.ipynb profiles/$(PROFILE).yaml $
 	  && echo "[$*] done in $$SECONDS s" \
 	  || { echo "[$*] FAILED$$(mv -f $@ $@.failed 2>/dev/null && echo "; executed notebook kept as $@.failed")"; exit 1; }
 
+# The reviewer's command: the committed responses go into the cache first (no model call for what is committed),
+# the notebook's committed artefacts are copied aside, and the run ends listing each artefact it wrote, equal to
+# the committed one or not (numbers compared, latency columns apart).
+NB_NAMES := $(patsubst notebooks/%.py,%,$(sort $(wildcard notebooks/[0-9][0-9]_*.py)))
+NB_BEFORE = build/committed/$(PROFILE)/$(NB)
 notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] [P="-p n_samples 5"]
-	@test -n "$(NB)" || (echo "usage: make notebook NB=01_prediction" && exit 2)
-	@test -f notebooks/$(NB).py || (echo "make notebook: no notebooks/$(NB).py" && exit 2)
+	@test -n "$(NB)" || { echo "usage: make notebook NB=NAME [PROFILE=demo]; notebooks: $(NB_NAMES)"; exit 2; }
+	@test -f notebooks/$(NB).py || { echo "no notebook '$(NB)'; the notebooks are: $(NB_NAMES)"; exit 2; }
 	@# the profile and P are validated before the executed notebook is deleted (a bad P leaves it as it was)
 	@$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$(NB).py --set "$$BALMS_P" --out /dev/null
+	@if [ -f $(RESPONSES) ]; then $(PY) -m balms.cli bundle import-responses $(RESPONSES) >/dev/null \
+	  && echo "[$(NB)] committed responses $(RESPONSES) imported into the cache"; fi
+	@$(PY) -m balms.report snapshot --profile $(PROFILE) --notebook $(NB) --dir $(NB_BEFORE)
 	rm -f $(EXEC_DIR)/$(NB).ipynb
-	$(MAKE) --no-print-directory $(EXEC_DIR)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)'
+	$(MAKE) --no-print-directory $(EXEC_DIR)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)' EXEC_DIR=$(EXEC_DIR)
+	@$(PY) -m balms.report written --profile $(PROFILE) --notebook $(NB) --dir $(NB_BEFORE)
 
 RESPONSES := results/$(PROFILE)/responses.jsonl.gz
 export-responses: ## Write the responses this profile's records name to results/<profile>/ (commit it with the tables)

@@ -446,9 +446,7 @@ def check_data(meta: dict, raw_root: str | None = None) -> list[str]:
     """Datasets whose local tables differ from those the bundle's runs read (a replay would not match)."""
     from balms.data.loading import load_dataset
 
-    # as `make` resolves it: BALMS_RAW_DIR, else the real data beside the project, else data/raw
-    raw_root = raw_root or os.environ.get("BALMS_RAW_DIR") or paths.shared_data_dir()
-    problems = []
+    problems = []  # raw_root None: balms.paths.raw_dir(), the resolution make and the notebooks use
     for dataset, fps in meta.get("data_fingerprints", {}).items():
         local = load_dataset(dataset, Path(raw_root) if raw_root else None).fingerprint()
         if fps and local not in fps:
@@ -503,13 +501,14 @@ def import_bundle(path: Path, *, cache_dir: Path | None = None, check_local_data
     return {"profile": meta["profile"], "run_files": len(todo), "run_files_already_here": same, **counts}
 
 
-def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol: float = 1e-9) -> list[str]:
-    """Differences between every CSV table in `committed` and its regenerated counterpart in `ours`
-    (index.csv and latency columns aside). Empty list = reproduced."""
+def compare_tables(ours: Path, committed: Path, *, ignore=LATENCY_COLUMNS, atol: float = 1e-9,
+                   only: list[str] | None = None) -> list[str]:
+    """Differences between every CSV table in `committed` (those named in `only`, when given) and its regenerated
+    counterpart in `ours` (index.csv and latency columns aside). Empty list = reproduced."""
     problems = []
-    refs = sorted(Path(committed).glob("*.csv"))
+    refs = sorted(Path(committed) / n for n in only) if only else sorted(Path(committed).glob("*.csv"))
     index = Path(committed) / "index.csv"
-    if index.exists():  # only the artefacts the notebooks wrote (not e.g. `make data`'s data_summary.csv)
+    if index.exists() and not only:  # only the artefacts the notebooks wrote (not e.g. `make data`'s data_summary.csv)
         listed = {Path(p).name for p in pd.read_csv(index)["path"] if str(p).endswith(".csv")}
         refs = [r for r in refs if r.name in listed]
     for ref in refs:

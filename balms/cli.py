@@ -30,6 +30,20 @@ COMMAND_MODULES = [
 ]
 
 
+# what `balms` alone prints: the first commands to try, in the order a newcomer needs them
+FIRST_STEPS = """balms: the benchmark's command line. Try first:
+  balms data summary --dataset pmdata     what the data is (real where found, else a synthetic cohort)
+  balms prompt --dataset pmdata --user p01 --target 2019-11-15 --style paper
+                                          one real prompt an agent reads
+  balms plan --profile demo               calls, tokens and hours of a profile before any model call
+  make notebook NB=01_prediction          re-run one notebook (committed responses first: no model call)
+  make help                               every target and profile
+Every command: balms --help; one command: balms COMMAND --help"""
+
+# commands that load data or price a profile: they say first which datasets run on synthetic cohorts
+DATA_COMMANDS = {"plan", "run"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="balms", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -48,7 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     from balms.data.schema import DataError
     from balms.stores import DamagedStoreError
 
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print(FIRST_STEPS)
+        return 0
     args = build_parser().parse_args(argv)
+    if args.command in DATA_COMMANDS:
+        from balms import paths
+
+        paths.announce_data()
     try:
         return int(args.func(args) or 0)
     except (DataError, DamagedStoreError) as exc:  # damaged input or store: the message names it, no traceback

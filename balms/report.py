@@ -17,6 +17,7 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
+from balms import figures_style as style
 from balms import paths
 from balms.data.loading import source_label  # noqa: F401 - notebooks call report.source_label
 from balms.models.registry import model_caption  # noqa: F401 - notebooks call report.model_caption
@@ -70,12 +71,18 @@ def save_figure(fig, stem: str, *, artefact: str, notebook: str, source: str, pr
     """Write `stem`.png/.pdf; the figure should already carry backbone, source and n in its title."""
     _, fdir = output_dirs(profile)
     png = fdir / f"{stem}.png"
-    fig.savefig(png, dpi=130, bbox_inches="tight")
+    style.relabel(fig)
+    fig.savefig(png, dpi=200, bbox_inches="tight")
     fig.savefig(fdir / f"{stem}.pdf", bbox_inches="tight", metadata={"CreationDate": None})  # byte-stable
     # what the figure shows, machine-readable (the paper dry run checks one panel per backbone from this)
     sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
     panels = [ax.get_title() for ax in fig.axes if ax.get_title()]
-    (fdir / f"{stem}.panels.json").write_text(json.dumps({"title": sup, "panels": panels}, indent=1) + "\n")
+    # the figure checks (balms.figures_style), recorded beside the figure and said on stderr: a test reads them
+    problems = style.check_figure(fig, caption=caption, n=n, source=source)
+    for p in problems:
+        print(f"balms: figure {stem}: {p}", file=sys.stderr)
+    (fdir / f"{stem}.panels.json").write_text(json.dumps({"title": sup, "panels": panels, "problems": problems},
+                                                         indent=1) + "\n")
     _register(profile, {"artefact": artefact, "path": _rel(png), "notebook": notebook, "source": source,
                         "profile": profile, "models": ";".join(models), "n": n, "caption": caption})
     return png
@@ -112,6 +119,58 @@ def check_index(profile: str) -> pd.DataFrame:
     return idx
 
 
+def _notebook_artefacts(index: Path, notebook: str) -> list[Path]:
+    """Every file of the artefacts `notebook` registered in `index` (a table's csv/md/tex, a figure's png/pdf)."""
+    if not index.exists():
+        return []
+    idx = pd.read_csv(index)
+    out = []
+    for p in idx.loc[idx["notebook"] == notebook, "path"]:
+        p = paths.PROJECT_ROOT / p
+        exts = (".csv", ".md", ".tex") if p.suffix == ".csv" else (".png", ".pdf")
+        out += [p.with_suffix(e) for e in exts if p.with_suffix(e).exists()]
+    return out
+
+
+def snapshot(profile: str, notebook: str, to: Path) -> int:
+    """Copy the committed artefacts of `notebook` to `to` before a re-run (what `written` compares against)."""
+    import shutil
+
+    shutil.rmtree(to, ignore_errors=True)
+    to.mkdir(parents=True)
+    tdir, _ = paths.committed_dirs(profile)
+    files = _notebook_artefacts(tdir / "index.csv", notebook)
+    for f in files:
+        shutil.copy2(f, to / f.name)
+    return len(files)
+
+
+def _same_table(a: Path, b: Path) -> bool:
+    """Numbers compared (1e-9), latency columns apart, as `balms bundle compare` does."""
+    from balms.bundle import compare_tables
+
+    return not compare_tables(a.parent, b.parent, only=[a.name])
+
+
+def written(profile: str, notebook: str, before: Path) -> list[tuple[str, str]]:
+    """(path, "equal" | "differs" | "new") for every artefact `notebook` wrote in this profile's output: tables
+    by their numbers (latency columns apart), figures by their bytes, against the copy `snapshot` took."""
+    tdir, _ = output_dirs(profile)
+    rows = []
+    for f in _notebook_artefacts(tdir / "index.csv", notebook):
+        if f.suffix not in (".csv", ".png"):
+            continue
+        ref = before / f.name
+        if not ref.exists():
+            status = "new"
+        elif f.suffix == ".csv":
+            status = "equal" if _same_table(f, ref) else "differs"
+        else:
+            status = "equal" if f.read_bytes() == ref.read_bytes() else "differs"
+        rows.append((_rel(f), status))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m balms.report")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -123,7 +182,25 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--out", default="report")
     h.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
     h.add_argument("--all", action="store_true", help="every run file, superseded cells too")
+    for name, helptext in (("snapshot", "copy a notebook's committed artefacts aside before a re-run"),
+                           ("written", "each artefact a notebook wrote: equal or differs from the snapshot")):
+        w = sub.add_parser(name, help=helptext)
+        w.add_argument("--profile", default="demo")
+        w.add_argument("--notebook", required=True)
+        w.add_argument("--dir", required=True, help="the snapshot folder")
     a = ap.parse_args(argv)
+    if a.cmd == "snapshot":
+        snapshot(a.profile, a.notebook, Path(a.dir))
+        return 0
+    if a.cmd == "written":
+        rows = written(a.profile, a.notebook, Path(a.dir))
+        for p, status in rows:
+            print(f"  {status:8s} {p}")
+        k = {x: sum(s == x for _, s in rows) for x in ("equal", "differs", "new")}
+        print(f"[{a.notebook}] {len(rows)} artefacts written: {k['equal']} equal to the committed ones, "
+              f"{k['differs']} differ, {k['new']} new (tables: numbers compared, latency columns apart; "
+              f"figures: bytes; committed copies in {a.dir})")
+        return 0
     if a.cmd == "index":
         idx = check_index(a.profile)
         if a.json:
@@ -153,7 +230,8 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    msg = f"no values of '{y}' to plot\n(nothing parsed or scored in this slice)"
+    style.apply()
+    msg = f"{style.NOT_RUN}: no {style.DISPLAY.get(y, style.Display(y)).label}\n(nothing parsed or scored here)"
     ok = (data.dropna(subset=[y]) if y in data else data.iloc[0:0]).reset_index(drop=True)
     panels = None
     if col:
@@ -166,8 +244,8 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
             ax.axis("off")
             ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=7, transform=ax.transAxes)
             if v is not None:
-                ax.set_title(f"{col} = {v}", fontsize=8)
-        fig.suptitle(title, fontsize=9)
+                ax.set_title(str(v))
+        fig.suptitle(_wrap(title, style.title_width(fig)))
         return fig
     if col:
         kw["col_order"] = panels
@@ -179,8 +257,21 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
         for ax, v in zip(g.axes.flat, panels, strict=False):
             if not (ok[col] == v).any():
                 ax.text(0.5, 0.5, msg, ha="center", va="center", fontsize=7, transform=ax.transAxes)
-    g.figure.suptitle(title, y=1.06, fontsize=9)
+            elif kind == "bar":  # a category of the shared x axis without a value in this panel says so
+                have = {str(c) for c in ok.loc[ok[col] == v, x]}
+                for pos, tick in zip(ax.get_xticks(), ax.get_xticklabels(), strict=False):
+                    if tick.get_text() not in have:
+                        ax.text(pos, 0, style.NOT_RUN, rotation=90, ha="center", va="bottom", fontsize=6,
+                                color="grey", transform=ax.get_xaxis_transform())
+    g.set_titles("{col_name}" if col else "")
+    g.set_axis_labels(style.label(x), style.label(y))
+    g.figure.suptitle(_wrap(title, style.title_width(g.figure)), y=1.06)
     return g.figure
+
+
+def _wrap(title: str, width: int = 110) -> str:
+    """Lines of ~110 characters, never breaking a model name ("Qwen2.5-7B-Instruct") at a hyphen."""
+    return textwrap.fill(title, width, break_on_hyphens=False, break_long_words=False)
 
 
 def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order: list | None = None,
@@ -190,6 +281,7 @@ def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order:
     rather than dropped; a panel with no row says so."""
     import matplotlib.pyplot as plt
 
+    style.apply()
     panels = list(col_order) if col_order is not None else list(dict.fromkeys(data[col]))
     fig, axs = plt.subplots(1, max(len(panels), 1), figsize=(3.6 * max(len(panels), 1), 3.8), squeeze=False,
                             subplot_kw={"projection": "polar"})
@@ -214,7 +306,7 @@ def radar(data: pd.DataFrame, *, axes: list[str], hue: str, col: str, col_order:
             ax.fill(np.append(theta, theta[0]), np.append(vals, vals[0]), alpha=0.15)
         ax.legend(fontsize=6, loc="upper right", bbox_to_anchor=(1.35, 1.15))
     # lines of ~110 characters, never breaking a model name ("Qwen2.5-7B-Instruct") at a hyphen
-    fig.suptitle(textwrap.fill(title, 110, break_on_hyphens=False, break_long_words=False), fontsize=8)
+    fig.suptitle(_wrap(title, style.title_width(fig)))
     fig.tight_layout()
     return fig
 
@@ -235,6 +327,7 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
     import matplotlib.pyplot as plt
     import numpy as np
 
+    style.apply()
     cols = (list(col_order) if col_order is not None else list(dict.fromkeys(summary[col]))) if col else [None]
     rows_ = list(dict.fromkeys(summary[row])) if row else [None]
     xs = list(dict.fromkeys(summary[x]))
@@ -252,7 +345,8 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
             if col:
                 sub = sub[sub[col] == cv]
             if sub.empty:
-                ax.text(0.5, 0.5, "no cell run", ha="center", va="center", transform=ax.transAxes, fontsize=7)
+                ax.text(0.5, 0.5, f"{style.NOT_RUN} (no cell)", ha="center", va="center", transform=ax.transAxes,
+                        fontsize=7)
             for j, h in enumerate(hues):
                 for i, xv in enumerate(xs):
                     cell = sub[(sub[x] == xv) & (sub[hue] == h)]
@@ -275,29 +369,29 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
                 for key in (rv, cv):
                     pts = [v for v in (paper_points or {}).get((key, xv), []) if v is not None and not np.isnan(v)]
                     if key is not None and pts:
-                        ax.plot([i] * len(pts), pts, ls="none", marker="D", ms=4, color="k", alpha=0.7,
-                                label=paper_label)
+                        ax.plot([i] * len(pts), pts, **style.PAPER_MARK, label=paper_label)
             for key in (rv, cv):
-                for lines, ls, label in ((refs, "--", "mean predictor (ours)"),
-                                         (paper_refs, ":", "mean predictor (paper)")):
+                for lines, kw, label in ((refs, style.OURS_LINE, "mean predictor (ours)"),
+                                         (paper_refs, style.PAPER_LINE, "mean predictor (paper)")):
                     if lines and key is not None and lines.get(key) is not None and not np.isnan(lines[key]):
-                        ax.axhline(lines[key], color="k", ls=ls, lw=1, label=label)
+                        ax.axhline(lines[key], **kw, label=label)
             ax.set_xticks(range(len(xs)), [str(v) for v in xs], rotation=30, fontsize=7)
             ax.set_title(" | ".join(str(v) for v in (rv, cv) if v is not None), fontsize=8)
             if log and not sub.empty:
                 ax.set_yscale("log")
-        axes[ri][0].set_ylabel((f"{rv}\n" if rv is not None else "") + (ylabel or y), fontsize=8)
+                style.plain_log(ax)
+        axes[ri][0].set_ylabel((f"{rv}\n" if rv is not None else "") + (ylabel or style.label(y)))
     labels, handles = [], []
     for ax in axes.flat:
         for h_, l_ in zip(*ax.get_legend_handles_labels(), strict=True):
             if l_ not in labels:
                 labels.append(l_)
                 handles.append(h_)
-    if labels:
-        axes[0][-1].legend(handles, labels, fontsize=6)
-    fig.suptitle(title + "\n(error bars: 95% participant-bootstrap intervals of the tables; "
-                 "x = cell without a parsed answer)", fontsize=8)
-    fig.tight_layout()
+    if labels:  # below the panels: a legend inside one would cover its bars
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), bbox_to_anchor=(0.5, 0))
+    fig.suptitle(_wrap(title + " (error bars: 95% participant-bootstrap intervals of the tables; "
+                       "x = cell without a parsed answer)", style.title_width(fig)))
+    fig.tight_layout(rect=(0, 0.04 * (1 + len(labels) // 4) if labels else 0, 1, 1))
     return fig
 
 
@@ -305,31 +399,63 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def forest(df: pd.DataFrame, *, label: str, est: str, lo: str, hi: str, color_by: str | None = None,
-           title: str = "", xlabel: str = "difference (95% CI)"):
-    """One horizontal interval per row (a forest plot) with a zero line; rows without an interval show the point
-    alone and rows without an estimate say so, so nothing silently disappears."""
+def forest(df: pd.DataFrame, *, label: str | list[str], est: str, lo: str, hi: str, color_by: str | None = None,
+           group: str | None = None, group_titles: dict | None = None, title: str = "",
+           xlabel: str = "difference, first term minus second (95% interval); left of 0: the first is lower"):
+    """One horizontal interval per row (a forest plot) with a zero line, rows grouped under a heading per `group`
+    value (e.g. one per claim, `group_titles` its text). `label`: a column or columns joined with " · " (e.g.
+    comparison and model); row labels must be unique, else a reader cannot tell two rows apart (ValueError). Rows
+    without an interval show the point alone and rows without an estimate say so, so nothing silently
+    disappears. The legend sits below the plot, never over a row."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 0.42 * max(len(df), 2) + 1.2))
-    groups = list(dict.fromkeys(df[color_by])) if color_by else [None]
-    colours = dict(zip(groups, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4, strict=False))
-    ys = np.arange(len(df))[::-1]
-    for y, (_, r) in zip(ys, df.iterrows(), strict=True):
+    style.apply()
+    cols = [label] if isinstance(label, str) else list(label)
+    # a part an earlier part already names is not repeated ("... qwen2.5-coder-1.5b - ..." needs no " · model")
+    import re
+
+    labels = [" · ".join(p for i, p in enumerate(parts)
+                         if not any(re.search(rf"(?<!\S){re.escape(p)}(?!\S)", q) for q in parts[:i]))
+              for parts in df[cols].astype(str).itertuples(index=False)]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise ValueError(f"forest: row labels repeat ({dup[:3]}); add a column that tells them apart to `label`")
+    rows: list[tuple[str, object]] = []  # ("head", text) | ("row", (label, record))
+    groups = list(dict.fromkeys(df[group])) if group else [None]
+    for gv in groups:
+        sub = df[df[group] == gv] if group else df
+        if group:
+            rows.append(("head", textwrap.shorten(str((group_titles or {}).get(gv, gv)), 95, placeholder=" ...")))
+        rows += [("row", (lab, r)) for lab, (_, r) in zip([labels[df.index.get_loc(i)] for i in sub.index],
+                                                          sub.iterrows(), strict=True)]
+    fig, ax = plt.subplots(figsize=(style.PAGE_WIDTH, 0.22 * max(len(rows), 2) + 1.6))
+    kinds = list(dict.fromkeys(df[color_by])) if color_by else [None]
+    colours = dict(zip(kinds, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4, strict=False))
+    ys = np.arange(len(rows))[::-1]
+    ticks, names = [], []
+    for y, (kind, item) in zip(ys, rows, strict=True):
+        if kind == "head":
+            ax.text(0, y, item, transform=ax.get_yaxis_transform(), ha="left", va="center", fontweight="bold",
+                    fontsize=style.FONT_SIZE - 1)
+            continue
+        lab, r = item
+        ticks.append(y)
+        names.append(lab)
         c = colours[r[color_by]] if color_by else "C0"
         if pd.isna(r[est]):
-            ax.text(0, y, "no estimate (no parsed pairs)", va="center", fontsize=8, color="grey")
+            ax.text(0, y, "no estimate (no parsed pairs)", va="center", fontsize=7, color="grey")
             continue
         if not (pd.isna(r[lo]) or pd.isna(r[hi])):
             ax.plot([r[lo], r[hi]], [y, y], color=c, lw=2)
-        ax.plot([r[est]], [y], "o", color=c, label=r[color_by] if color_by else None)
+        ax.plot([r[est]], [y], "o", color=c, ms=4, label=r[color_by] if color_by else None)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(ys, df[label].tolist(), fontsize=8)
+    ax.set_yticks(ticks, names, fontsize=style.FONT_SIZE - 2)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xlabel(xlabel)
     if color_by:
-        handles, names = ax.get_legend_handles_labels()
-        uniq = dict(zip(names, handles, strict=True))
-        ax.legend(uniq.values(), uniq.keys(), fontsize=8, loc="best")
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+        handles, names_ = ax.get_legend_handles_labels()
+        uniq = dict(zip(names_, handles, strict=True))
+        fig.legend(uniq.values(), uniq.keys(), loc="lower center", ncol=len(uniq), bbox_to_anchor=(0.5, 0))
+    fig.suptitle(_wrap(title, style.title_width(fig)))
+    fig.tight_layout(rect=(0, 0.03 if color_by else 0, 1, 1))
     return fig

@@ -11,8 +11,8 @@
 # %% [markdown]
 # # 00 · Preprocessing: from raw files to samples (Table 5)
 #
-# Each dataset's raw files (real where `BALMS_RAW_DIR` has them, otherwise a synthetic cohort in the same
-# layout) become a daily table, then (user, target day, look-back window, label) samples. Every filter is
+# Each dataset's raw files (real where `balms.paths.raw_dir()` finds them: `BALMS_RAW_DIR`, else `../shared/data`
+# beside the project, else `data/raw`; otherwise a synthetic cohort in the same layout, said on stderr) become a daily table, then (user, target day, look-back window, label) samples. Every filter is
 # counted. The mean predictor (training-set mean, no sensing) is the paper's reference baseline; we add
 # per-user mean, last label, ridge and gradient boosting on window summaries.
 #
@@ -43,6 +43,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from balms import experiments as ex, report
+from balms import figures_style as style
 from balms.data.evaluation import EVALUATION_RULE_TEXT
 from balms.data.loading import load_dataset
 from balms.data.registry import dataset_names
@@ -147,18 +148,18 @@ t5
 print("\n".join(table5_sentences(t5)))
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(9, 3))
-long5 = t5.melt(id_vars="dataset", value_vars=["paper_n_samples", "ours_n_samples"], var_name="who", value_name="n")
-sns.barplot(data=long5.assign(who=long5.who.str.replace("_n_samples", "")), x="dataset", y="n", hue="who", ax=axes[0])
-axes[0].set_title("samples (Table 5)")
-longm = t5.melt(id_vars="dataset", value_vars=["paper_mean_predictor_mae", "ours_mean_predictor_mae"], var_name="who",
-                value_name="MAE")
-sns.barplot(data=longm.assign(who=longm.who.str.replace("_mean_predictor_mae", "")), x="dataset", y="MAE", hue="who",
-            ax=axes[1])
-axes[1].set_title("mean predictor MAE")
-fig.suptitle(f"Table 5, paper vs ours (rule {DEFAULT_RULE!r}); data: {report.source_label(t5['source'])}", fontsize=9)
+style.apply()  # the project's figure style (balms.figures_style), the paper's values as its black diamonds
+fig, axes = plt.subplots(1, 2, figsize=(style.PAGE_WIDTH, 2.8))
+for ax, col, name, title in ((axes[0], "n_samples", "n", "samples (Table 5)"),
+                             (axes[1], "mean_predictor_mae", "MAE", "mean predictor MAE")):
+    sns.barplot(data=t5, x="dataset", y=f"ours_{col}", ax=ax, color="C0", label="ours")
+    ax.plot(range(len(t5)), t5[f"paper_{col}"], **style.PAPER_MARK, label="paper")
+    ax.set(xlabel="", ylabel=style.label(name), title=title)
+    ax.legend()
+src5 = report.source_label(t5["source"])  # every dataset (Table 5), not only the profile's
+fig.suptitle(f"Table 5, paper vs ours (rule {DEFAULT_RULE!r}); data: {src5}")
 fig.tight_layout()
-report.save_figure(fig, "table5_eval_sets", artefact="Table 5 (figure)", notebook=NB, source=src, profile=cfg.profile)
+report.save_figure(fig, "table5_eval_sets", artefact="Table 5 (figure)", notebook=NB, source=src5, profile=cfg.profile)
 
 # %% [markdown]
 # ## What every filter dropped

@@ -100,9 +100,9 @@ summary.round(3)
 # %%
 paper_pts = ex.paper_points(cfg.datasets, cfg.systems)
 fig = report.interval_bars(summary, x="system", y="mae", lo="mae_ci_low", hi="mae_ci_high", hue="model", col="dataset",
-                          refs=dict(zip(mean_pred.dataset, mean_pred.mae_raw_mean)), ylabel="MAE",
+                          refs=dict(zip(mean_pred.dataset, mean_pred.mae_raw_mean)),
                           paper_points=paper_pts, paper_refs=ex.paper_mean_predictor(cfg.datasets),
-                          title=f"Zero-shot MAE, {models_caption}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
+                          title=f"Zero-shot MAE, {models_caption}; data: {src}; {report.style.n_per(summary)}")
 report.save_figure(fig, "table3_zero_shot_mae", artefact="Table 3 (figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 

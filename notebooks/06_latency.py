@@ -69,9 +69,9 @@ lat.round(2)
 models_run = ex.models_run(recs)  # one panel per backbone that produced records, named as recorded
 fig = report.interval_bars(summary.assign(mode=summary.cot.map({False: "zero-shot", True: "CoT"})), x="system",
                           y="mean_latency_s", lo="latency_ci_low", hi="latency_ci_high", hue="mode", col="model",
-                          row="dataset", col_order=models_run, log=True, ylabel="mean latency per sample (s)",
+                          row="dataset", col_order=models_run, log=True, ylabel=report.style.label("mean_latency_s"),
                           missing_label="no record",
-                          title=f"Per-sample latency per backbone: {cap}; data: {src}, n={cfg.n_samples or 'all'} per dataset")
+                          title=f"Per-sample latency per backbone: {cap}; data: {src}; {report.style.n_per(summary)}")
 report.save_figure(fig, "fig6_latency_per_system", artefact="Figure 6", notebook=NB, source=src,
                    profile=cfg.profile, models=models_run, n=len(recs))
 
@@ -81,11 +81,12 @@ report.save_figure(fig, "fig6_latency_per_system", artefact="Figure 6", notebook
 # %%
 for d in dict.fromkeys(recs.dataset):  # a figure per dataset, a panel per backbone
     sub = recs[recs.dataset == d].assign(mode=lambda x: x.cot.map({False: "zero-shot", True: "CoT"}))
+    report.style.apply()
     g = sns.catplot(data=sub, x="system", y="latency_s", hue="mode", col="model", col_order=models_run,
                     col_wrap=min(len(models_run), 5), kind="box", height=3)
     g.set_titles("{col_name}")
-    g.figure.suptitle(f"Latency distribution on {d}, one panel per backbone: {cap}; data: {src}",
-                      y=1.05, fontsize=9)
+    g.set_axis_labels("system", report.style.label("latency_s"))
+    g.figure.suptitle(f"Latency distribution on {d}, one panel per backbone: {cap}; data: {src}", y=1.05)
     report.save_figure(g.figure, f"fig8_10_latency_{d}", artefact=f"Figures 8-10 ({d})", notebook=NB,
                        source=src, profile=cfg.profile, models=models_run, n=len(sub))
 

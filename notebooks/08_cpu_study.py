@@ -112,8 +112,8 @@ report.save_table(table, "cpu_study_claims", artefact="CPU study (claims)", note
                   caption=f"the paper's directional claims and ours with 95% participant-bootstrap intervals; {cap}; "
                           f"{SCORING_TEXT[cfg.scoring]}")
 ran = table[table.verdict != study.NOT_RUN]
-fig = report.forest(ran, label="comparison", est="diff", lo="ci_low", hi="ci_high", color_by="verdict",
-                    title=f"The paper's claims and ours on our data: differences with 95% intervals; {cap}; "
+fig = report.forest(ran, label=["comparison", "model"], est="diff", lo="ci_low", hi="ci_high", color_by="verdict",
+                    group="claim", group_titles=study.CLAIMS, title=f"The paper's claims and ours on our data: differences with 95% intervals; {cap}; "
                           f"data: {src}; n per row in the table ({len(table) - len(ran)} not run, listed there)")
 report.save_figure(fig, "cpu_study_claims", artefact="CPU study (claims figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(every), n=len(every))

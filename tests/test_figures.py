@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from balms import figures_style as style  # noqa: E402
 from balms import report  # noqa: E402
 
 
@@ -47,7 +48,7 @@ def test_interval_bars_one_panel_per_backbone_and_a_row_per_dataset():
     assert titles[:3] == [f"pmdata | {m}" for m in order] and titles[3] == "globem | Qwen2.5-7B-Instruct"
     heights = [[round(p.get_height(), 3) for p in ax.patches] for ax in fig.axes]
     assert heights == [[1.0], [], [2.0], [3.0], [], []]
-    assert any(t.get_text() == "no cell run" for t in fig.axes[1].texts)
+    assert any(t.get_text() == "not run (no cell)" for t in fig.axes[1].texts)
 
 
 def test_table3_puts_ours_beside_the_papers_column_of_the_same_backbone():
@@ -107,16 +108,18 @@ def test_facet_keeps_a_panel_per_backbone_when_one_has_no_values():
     fig = report.facet(df, kind="bar", x="dimension", y="conditional accuracy", hue="system", col="model",
                        col_order=["A", "B", "C", "D"], title="t")
     titles = _panel_titles(fig)
-    assert titles == ["model = A", "model = B", "model = C", "model = D"]
-    empty = [ax.get_title() for ax in fig.axes if any("no values" in t.get_text() for t in ax.texts)]
-    assert empty == ["model = B", "model = D"]
+    assert titles == ["A", "B", "C", "D"]  # the value alone, not seaborn's "model = A"
+    empty = [ax.get_title() for ax in fig.axes if any("nothing parsed" in t.get_text() for t in ax.texts)]
+    assert empty == ["B", "D"]
+    # C has d1 only: its d2 slot says so
+    assert [t.get_text() for t in fig.axes[2].texts] == [style.NOT_RUN]
 
 
 def test_facet_with_no_value_at_all_still_draws_every_panel():
     df = pd.DataFrame({"model": ["A", "B"], "dimension": ["d1", "d1"], "conditional accuracy": [np.nan, np.nan]})
     fig = report.facet(df, kind="bar", x="dimension", y="conditional accuracy", col="model", title="t")
-    assert _panel_titles(fig) == ["model = A", "model = B"]
-    assert all(any("no values" in t.get_text() for t in ax.texts) for ax in fig.axes)
+    assert _panel_titles(fig) == ["A", "B"]
+    assert all(any(style.NOT_RUN in t.get_text() for t in ax.texts) for ax in fig.axes)
 
 
 def test_figure4_radar_draws_gq_and_tier1_per_backbone_with_never_invoked_at_zero():
@@ -145,3 +148,159 @@ def test_figure4_radar_draws_gq_and_tier1_per_backbone_with_never_invoked_at_zer
     assert list(hl.get_ydata()) == [0, 1, 1, 1, 1, 1, 0.75, 0]  # C1 never invoked -> coverage 0; closed polygon
     assert any("n/a: c2_slicing_coverage" in ln.get_label() for ln in lines)
     assert "nothing judged" in [t.get_text() for t in polar[2].texts]
+
+
+# ------------------------------------------------------------------ the figure style and its checks (issue 40) ---
+
+
+def _summary():
+    return pd.DataFrame({"dataset": ["pmdata", "pmdata", "globem"], "system": ["healthllm", "rag", "healthllm"],
+                         "model": ["m"] * 3, "lookback": [7, 14, 7], "mae": [0.5, 0.6, 0.9],
+                         "lo": [0.4, 0.5, 0.7], "hi": [0.6, 0.7, 1.1], "mean_prompt_tokens": [60.0, 600.0, 6000.0],
+                         "mean_latency_s": [1.0, 2.0, 3.0]})
+
+
+def _every_figure_function():
+    """One figure from each figure-making function of balms.report, on the columns the notebooks plot."""
+    import matplotlib.pyplot as plt
+
+    s = _summary()
+    yield "facet line", report.facet(s, kind="line", x="lookback", y="mean_prompt_tokens", hue="system",
+                                     col="dataset", col_order=["pmdata", "globem", "diversityone"],
+                                     title="Figure 2; data: real")
+    yield "facet bar", report.facet(s, kind="bar", x="system", y="mae", hue="model", col="dataset",
+                                    title="Table 4; data: real")
+    yield "facet empty", report.facet(s.assign(mae=float("nan")), kind="bar", x="system", y="mae", hue="model",
+                                      col="dataset", title="nothing parsed; data: real")
+    yield "interval bars (log)", report.interval_bars(s, x="system", y="mean_prompt_tokens", lo="lo", hi="hi",
+                                                      hue="model", col="dataset", log=True,
+                                                      col_order=["pmdata", "globem", "diversityone"],
+                                                      paper_points={("pmdata", "rag"): [0.55]})
+    yield "forest", report.forest(pd.DataFrame({"comparison": ["a - b", "a - b"], "model": ["m1", "m2"],
+                                                "claim": ["c1", "c1"], "diff": [0.1, -0.2], "lo": [0.0, -0.4],
+                                                "hi": [0.2, 0.1], "verdict": ["agrees", "cannot tell"]}),
+                                  label=["comparison", "model"], est="diff", lo="lo", hi="hi", color_by="verdict",
+                                  group="claim", group_titles={"c1": "claim one"}, title="claims; data: real")
+    yield "radar", report.radar(pd.DataFrame({"system": ["Health-LLM"], "backbone": ["m"], "GQ": [0.5],
+                                              "RD": [0.4], "TC": [0.7]}),
+                                axes=["GQ", "RD", "TC"], hue="system", col="backbone", title="Figure 4; data: real")
+    plt.close("all")
+
+
+@pytest.mark.parametrize("name", ["facet line", "facet bar", "facet empty", "interval bars (log)", "forest",
+                                  "radar"])
+def test_every_figure_function_passes_the_checks(name):
+    figs = dict(_every_figure_function())
+    fig = figs[name]
+    style.relabel(fig)  # what save_figure does before it writes
+    assert style.check_figure(fig, source="real") == []
+
+
+def test_the_checks_catch_what_a_reader_trips_on():
+    """Each check fails on the fault it is for (a check that cannot fail checks nothing)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3)
+    axes[0].plot([1, 60], [1, 60])
+    axes[0].set_yscale("log")  # matplotlib's default log ticks: 10^1
+    axes[0].set_ylabel("mean_prompt_tokens")
+    axes[1].set_title("measure = mode_rate")
+    fig.suptitle("n = 160; data: mixed")
+    got = "\n".join(style.check_figure(fig, n=10, source="real"))
+    for fault in ("raw column name as y label", "seaborn facet title", "power-of-ten tick", "empty, without",
+                  "title says n = 160", "title says data: mixed"):
+        assert fault in got, (fault, got)
+    style.plain_log(axes[0])
+    style.relabel(fig)
+    axes[1].text(0.5, 0.5, style.NOT_RUN)
+    axes[2].text(0.5, 0.5, style.NOT_RUN)
+    fig.suptitle("n = 10; data: real")
+    assert style.check_figure(fig, n=10, source="real") == []
+    fig.suptitle("n = 5 samples per cell; data: real")  # a per-group count is not the artefact's n
+    assert style.check_figure(fig, n=35, source="real") == []
+    plt.close(fig)
+
+
+def test_forest_refuses_repeated_row_labels():
+    df = pd.DataFrame({"comparison": ["pmdata healthllm zero-shot - mean predictor"] * 2, "model": ["a", "b"],
+                       "diff": [0.1, 0.2], "lo": [0, 0], "hi": [1, 1]})
+    with pytest.raises(ValueError, match="repeat"):
+        report.forest(df, label="comparison", est="diff", lo="lo", hi="hi")
+    fig = report.forest(df, label=["comparison", "model"], est="diff", lo="lo", hi="hi")
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert len(set(labels)) == 2 and all(" · " in x for x in labels)
+    assert "lower" in fig.axes[0].get_xlabel()  # the axis says which way is which
+
+
+def test_every_plotted_column_has_a_display_name():
+    """The columns the notebooks hand to the figure functions (x=, y=) are declared in the one table."""
+    import re
+    from pathlib import Path
+
+    from balms import paths
+
+    used = set()
+    for nb in sorted(Path(paths.PROJECT_ROOT, "notebooks").glob("[0-9][0-9]_*.py")):
+        used |= set(re.findall(r'\b[xy]="([^"]+)"', nb.read_text()))
+    missing = sorted(c for c in used if c not in style.DISPLAY)
+    assert not missing, f"add to balms.figures_style.DISPLAY: {missing}"
+
+
+def test_committed_figures_pass_the_checks():
+    """save_figure records the checks beside each figure (<stem>.panels.json); every committed figure passes them.
+    Fails until the figures are regenerated with this code (older panels.json carry no checks)."""
+    import json
+    from pathlib import Path
+
+    from balms import paths
+
+    found = sorted(Path(paths.PROJECT_ROOT).glob("figures/*.panels.json")) + \
+        sorted(Path(paths.PROJECT_ROOT).glob("results/*/figures/*.panels.json"))
+    assert found
+    bad = {}
+    for f in found:
+        d = json.loads(f.read_text())
+        if d.get("problems", ["not checked: regenerate the figure"]):
+            bad[str(f.relative_to(paths.PROJECT_ROOT))] = d.get("problems", ["not checked"])
+    assert not bad, bad
+
+
+def test_ranking_sentence_does_not_rank_ties():
+    """Four equal values are not a ranking ("healthllm 0.00 > phia 0.00" was printed)."""
+    from balms.experiments.claims import ranking_sentence
+
+    df = pd.DataFrame({"system": ["healthllm", "phia", "rag", "raptor"], "v": [0.0, 0.0, 0.001, 0.5]})
+    got = ranking_sentence(df, "v", item="system", digits=2)
+    assert "raptor 0.50 > " in got and ">" not in got.split("raptor 0.50 > ")[1], got
+    assert got.count(" = ") == 2, got
+
+
+def test_committed_claims_rows_are_told_apart_by_comparison_and_model():
+    """The claims figure labels each row with its comparison and model: in the committed table that pair is
+    unique (the figure refuses repeats, test_forest_refuses_repeated_row_labels)."""
+    from balms import paths
+
+    t = pd.read_csv(paths.RESULTS_DIR / "cpu-study" / "tables" / "cpu_study_claims.csv")
+    assert not t.duplicated(["comparison", "model"]).any()
+
+
+def test_facet_titles_of_column_values_read_as_display_names():
+    """Table 7's figure facets on `measure` (mode_rate, mae): the panels read "mode rate" and "MAE"."""
+    long7 = pd.DataFrame({"dataset": ["pmdata"] * 2, "who": ["ours"] * 2, "measure": ["mode_rate", "mae"],
+                          "value": [0.9, 0.6]})
+    fig = report.facet(long7, kind="bar", x="dataset", y="value", hue="who", col="measure", sharey=False,
+                       title="Table 7; data: real")
+    assert any("raw column name in title" in p for p in style.check_figure(fig))
+    style.relabel(fig)
+    assert _panel_titles(fig) == ["mode rate", "MAE"] and style.check_figure(fig, source="real") == []
+    assert [ax.get_xticklabels()[0].get_text() for ax in fig.axes] == ["pmdata"] * 2
+
+
+def test_facet_bar_marks_a_category_a_panel_did_not_run():
+    """Table 4's "ours" panel ran Health-LLM only: RAG, RAPTOR and PHIA say "not run" instead of an empty slot."""
+    df = pd.DataFrame({"panel": ["paper", "paper", "ours"], "system": ["healthllm", "rag", "healthllm"],
+                       "setting": ["full"] * 3, "MAE": [1.0, 1.2, 0.6]})
+    fig = report.facet(df, kind="bar", x="system", y="MAE", hue="setting", col="panel", title="Table 4; data: real")
+    ours = fig.axes[1]
+    assert [t.get_text() for t in ours.texts] == [style.NOT_RUN]
+    assert [t.get_text() for t in fig.axes[0].texts] == []

@@ -17,7 +17,6 @@ import json
 import sys
 from pathlib import Path
 
-from balms import paths
 from balms.data.registry import dataset_names, get_dataset
 
 
@@ -33,12 +32,7 @@ def _tables(dataset: str, raw: str | None):
 
     if raw:
         return load_from_dir(dataset, Path(raw))
-    if paths.dataset_raw_dir(dataset).is_dir():
-        return load_dataset(dataset)
-    shared = paths.shared_data_dir()
-    if shared is not None and (shared / dataset).is_dir():
-        return load_from_dir(dataset, shared / dataset)
-    return load_dataset(dataset)  # the synthetic cohort; its source is printed
+    return load_dataset(dataset)  # balms.paths.raw_dir(), else the synthetic cohort; its source is printed
 
 
 def _sample(tables, user: str, target: dt.date, lookback: int):

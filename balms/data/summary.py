@@ -214,8 +214,7 @@ def write_all(datasets=None, raw_root: Path | None = None) -> pd.DataFrame:
               f"(paper {summ['paper_n_samples']}) mean-predictor MAE={summ['mean_predictor_mae']} "
               f"(paper {summ['paper_mean_predictor_mae']}) dropped={summ['dropped']}")
     df = pd.DataFrame(rows)
-    paths.TABLES_DIR.mkdir(parents=True, exist_ok=True)
-    df.to_csv(paths.TABLES_DIR / "data_summary.csv", index=False)
+    df.to_csv(paths.data_summary_path(), index=False)
     return df
 
 
@@ -226,6 +225,7 @@ def main(argv=None) -> int:
     ap.add_argument("--raw-root", type=Path, default=None, help="folder with pmdata/ globem/ diversityone/")
     a = ap.parse_args(argv)
     names = dataset_names() if a.all or not a.dataset else a.dataset
+    paths.announce_data(list(names))
     write_all(names, a.raw_root)
     return 0
 

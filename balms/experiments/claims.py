@@ -90,8 +90,10 @@ def ranking_sentence(df: pd.DataFrame, value: str, *, item: str, within: str | N
         m = sub.groupby(item)[value].mean().dropna().sort_values(ascending=not descending)
         if m.empty:
             continue
-        order = " > ".join(f"{i} {v:.{digits}f}{unit}" for i, v in m.items()) if descending else \
-            " < ".join(f"{i} {v:.{digits}f}{unit}" for i, v in m.items())
+        shown = [(i, f"{v:.{digits}f}") for i, v in m.items()]
+        order = shown[0][0] + f" {shown[0][1]}{unit}"
+        for (_, a), (i, b) in zip(shown, shown[1:], strict=False):  # tied as printed: "=", not ">"
+            order += f" {'=' if a == b else '>' if descending else '<'} {i} {b}{unit}"
         parts.append(f"{g}: {order}" if within else order)
     if not parts:
         return f"No {what or value} to rank."

@@ -172,7 +172,9 @@ class ExperimentConfig(BaseModel):
     # spending cap of a scheduled run (balms.experiments.budget): Claude at list price, vLLM GPU hours by tokens
     max_usd: PositiveFloat | None = None
     max_gpu_hours: PositiveFloat | None = None
-    raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
+    raw_root: str | None = None  # default: balms.paths.raw_dir() (BALMS_RAW_DIR, ../shared/data, data/raw)
+    # a dataset committed as real that resolves to synthetic writes to build/synthetic/ unless this is true
+    allow_synthetic: bool = False
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",
                                    "05_phia_failures", "06_latency", "07_rationale_quality"]
@@ -392,7 +394,9 @@ def from_notebook(namespace: dict[str, Any]) -> ExperimentConfig:
     if unknown:
         raise ConfigError(_unknown_message(unknown, f"the notebook's {SETTINGS!r} parameter"))
     declared = {k: namespace[k] for k in FIELDS if k != "profile" and k in namespace}
-    return load(profile, **(extra | declared))
+    cfg = load(profile, **(extra | declared))
+    paths.announce_data(allow_synthetic=cfg.allow_synthetic)  # on stderr, before the notebook runs anything
+    return cfg
 
 
 # ------------------------------------------------------------------------------ papermill parameters ---
