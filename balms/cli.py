@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in DATA_COMMANDS:
         from balms import paths
+        from balms.data.registry import dataset_names
 
-        paths.announce_data()
+        paths.announce_data(dataset_names())
     try:
         return int(args.func(args) or 0)
     except (DataError, DamagedStoreError) as exc:  # damaged input or store: the message names it, no traceback

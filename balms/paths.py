@@ -55,11 +55,9 @@ SMOKE_PROFILES = {"smoke"}
 MAIN_PROFILES = {"demo", "paper"}  # the committed tables/ and figures/ at the project root
 
 
-def data_sources(datasets: list[str] | None = None) -> dict[str, str]:
-    """{dataset: "real" | "synthetic"} as `raw_dir()` resolves them now (every dataset when None)."""
-    from balms.data.registry import dataset_names
-
-    return {d: "real" if dataset_raw_dir(d).is_dir() else "synthetic" for d in datasets or dataset_names()}
+def data_sources(datasets: list[str]) -> dict[str, str]:
+    """{dataset: "real" | "synthetic"} as `raw_dir()` resolves them now."""
+    return {d: "real" if dataset_raw_dir(d).is_dir() else "synthetic" for d in datasets}
 
 
 # the committed record of which datasets the committed artefacts were made from (notebook 00 writes it)
@@ -80,7 +78,7 @@ def committed_real() -> set[str]:
 def synthetic_fallbacks() -> list[str]:
     """Datasets committed as real that resolve to synthetic now: a run on them must not overwrite the committed
     artefacts (output_dirs sends it to build/synthetic/ unless allowed)."""
-    return sorted(d for d, s in data_sources().items() if s == "synthetic" and d in committed_real())
+    return sorted(d for d, s in data_sources(sorted(committed_real())).items() if s == "synthetic")
 
 
 def synthetic_allowed() -> bool:
@@ -88,9 +86,9 @@ def synthetic_allowed() -> bool:
     return os.environ.get("BALMS_ALLOW_SYNTHETIC", "") in ("1", "true", "True")
 
 
-def announce_data(datasets: list[str] | None = None, *, allow_synthetic: bool = False, file=None) -> dict:
-    """Say on stderr, before anything runs, which datasets run on synthetic cohorts and where the artefacts go.
-    Returns `data_sources(datasets)`."""
+def announce_data(datasets: list[str], *, allow_synthetic: bool = False, file=None) -> dict:
+    """Say on stderr, before anything runs, which of `datasets` run on synthetic cohorts and where the artefacts
+    go. Returns `data_sources(datasets)`."""
     import sys
 
     file = file or sys.stderr

@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "balms.experiments.config": 7,
     "balms.bundle": 7,
     "balms.report*": 7,
+    "balms.figures_style": 7,
     # command lines may import anything
     "balms.cli": 8,
     "balms.run_cli": 8,

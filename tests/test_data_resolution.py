@@ -76,11 +76,12 @@ def _save_both(profile="demo"):
 
 def test_empty_data_folder_warns_and_keeps_committed(committed, capsys):
     """The library path `make notebook NB=00_preprocessing` takes (from_notebook, then save_table/save_figure):
-    a warning naming every dataset on stderr before anything runs; the committed artefacts untouched."""
+    a warning naming every dataset the profile runs on stderr before anything runs; the committed artefacts
+    untouched."""
     before = _digest(committed / "tables") | _digest(committed / "figures")
     cfg = config.from_notebook({"profile": "demo"})
     err = capsys.readouterr().err
-    assert all(d in err.split("no real data for ")[1].split(" (")[0] for d in dataset_names()), err
+    assert all(d in err.split("no real data for ")[1].split(" (")[0] for d in cfg.datasets), err
     assert "SYNTHETIC" in err and "build/synthetic/<profile>/" in err and "allow_synthetic" in err
     assert not cfg.allow_synthetic
     _save_both()

@@ -395,7 +395,7 @@ def from_notebook(namespace: dict[str, Any]) -> ExperimentConfig:
         raise ConfigError(_unknown_message(unknown, f"the notebook's {SETTINGS!r} parameter"))
     declared = {k: namespace[k] for k in FIELDS if k != "profile" and k in namespace}
     cfg = load(profile, **(extra | declared))
-    paths.announce_data(allow_synthetic=cfg.allow_synthetic)  # on stderr, before the notebook runs anything
+    paths.announce_data(cfg.datasets, allow_synthetic=cfg.allow_synthetic)  # on stderr, before anything runs
     return cfg
 
 
