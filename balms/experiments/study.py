@@ -7,6 +7,7 @@ knows our results in advance; the verdicts are whatever the intervals say.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -390,10 +391,12 @@ def answer_shares(records: pd.DataFrame, *, n_boot: int = 1000, seed: int = 0) -
     cols = [c for c in ("dataset", "system", "model", "cot", "lookback", "executor", "variant")
             if c in records.columns]
     rows = []
-    for key, g in records.drop_duplicates(["cell_key", "sample_id"]).groupby("cell_key", sort=False):
+    for _, g in records.drop_duplicates(["cell_key", "sample_id"]).groupby("cell_key", sort=False):
         counts = _labels(g).value_counts()
         cm = metrics.collapse_metrics(g, n_boot=n_boot, seed=seed)
-        rows.append({**g.iloc[0][cols].to_dict(), "cell": str(key)[:12], "n": len(g),
+        # which days (not the cell's key, which moves with the code): the sweep's L14 cell and the zero-shot one differ
+        days = hashlib.sha256("\n".join(sorted(g["sample_id"])).encode()).hexdigest()[:12]
+        rows.append({**g.iloc[0][cols].to_dict(), "days": days, "n": len(g),
                      "modal_answer": counts.index[0], "modal_share": round(counts.iloc[0] / len(g), 3),
                      "distinct_answers": len(counts),
                      "gold_modal_share": round(g["label"].value_counts().iloc[0] / len(g), 3),
