@@ -72,13 +72,15 @@ def test_answer_shares_one_row_per_cell_and_collapse_is_share_one():
     from balms.experiments import study
 
     def cell(key, preds, labels):
-        return pd.DataFrame({"cell_key": key, "sample_id": [f"s{i}" for i in range(len(preds))],
+        return pd.DataFrame({"cell_key": key, "sample_id": [f"{key}/s{i}" for i in range(len(preds))],
                              "user": ["u1", "u2"] * (len(preds) // 2), "dataset": "pmdata", "system": "healthllm",
                              "model": "m", "cot": False, "lookback": 14, "prediction": preds, "label": labels})
 
     recs = pd.concat([cell("aaa", [1, 1, 1, 1], [3, 3, 2, 4]), cell("bbb", [2, np.nan, np.nan, 3], [3, 3, 3, 1]),
                       cell("aaa", [1, 1], [3, 3])], ignore_index=True)  # a cell re-read by a second notebook
-    t = study.answer_shares(recs).set_index("cell")
+    t = study.answer_shares(recs)
+    assert t["days"].nunique() == 2 and "cell_key" not in t  # rows name their days, never the code-moved key
+    t.index = ["aaa", "bbb"]
     assert list(t.n) == [4, 4]
     assert t.loc["aaa", "modal_share"] == 1.0 and t.loc["aaa", "modal_answer"] == "1"
     assert t.loc["bbb", "modal_answer"] == "unparseable" and t.loc["bbb", "modal_share"] == 0.5
