@@ -249,10 +249,23 @@ def facet(data: pd.DataFrame, *, kind: str, x: str, y: str, hue: str | None = No
         return fig
     if col:
         kw["col_order"] = panels
+    # the legend goes below the panels, its labels wrapped: seaborn's own, right of a single narrow panel, leaves
+    # no room for the panel when a label is long (a model caption) and fails ("left cannot be >= right")
+    legend = kw.pop("legend", "auto") if hue else False
     if kind == "line":
-        g = sns.relplot(data=ok, x=x, y=y, hue=hue, col=col, kind="line", marker="o", height=3, **kw)
+        g = sns.relplot(data=ok, x=x, y=y, hue=hue, col=col, kind="line", marker="o", height=3, legend=False, **kw)
     else:
-        g = sns.catplot(data=ok, x=x, y=y, hue=hue, col=col, kind=kind, height=3, **kw)
+        g = sns.catplot(data=ok, x=x, y=y, hue=hue, col=col, kind=kind, height=3, legend=False, **kw)
+    if legend:
+        levels = list(kw.get("hue_order") or dict.fromkeys(ok[hue]))
+        pal = kw.get("palette")
+        palette = pal if isinstance(pal, dict) else dict(zip(levels, sns.color_palette(pal, n_colors=len(levels)),
+                                                              strict=True))
+        sat = 0.75 if kind in ("bar", "box", "violin", "boxen") else 1  # seaborn draws those patches desaturated
+        handles = [plt.Line2D([], [], color=sns.desaturate(palette[v], sat), marker="s" if kind != "line" else "o",
+                              linestyle="") for v in levels]
+        g.figure.legend(handles, [textwrap.fill(str(v), 60) for v in levels], title=style.label(hue),
+                        loc="upper center", bbox_to_anchor=(0.5, 0.0), frameon=False, fontsize=7, title_fontsize=7)
     if col and not kw.get("row"):
         for ax, v in zip(g.axes.flat, panels, strict=False):
             if not (ok[col] == v).any():
