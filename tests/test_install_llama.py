@@ -11,7 +11,8 @@ SCRIPT = ROOT / "scripts" / "install-llama-cpp"
 AVX512 = "avx512f avx512bw avx512dq avx512vl avx512vbmi avx512_vnni avx512_bf16"
 
 
-def run(tmp_path, flags: str, *, wheel_cached: bool, shared_wheel: bool, flavor: str = "auto", pip_fails=""):
+def run(tmp_path, flags: str, *, wheel_cached: bool, shared_wheel: bool, flavor: str | None = "auto",
+        pip_fails=""):
     (tmp_path / "cpuinfo").write_text(f"processor : 0\nflags\t\t: fpu sse2 avx avx2 fma {flags}\n")
     log = tmp_path / "pip.log"
     pip = tmp_path / "fakepip"
@@ -32,7 +33,9 @@ fi
         (cache / "avx512-0.3.36").mkdir(parents=True, exist_ok=True)
         (cache / "avx512-0.3.36" / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl").touch()
     env = dict(os.environ, CPUINFO=str(tmp_path / "cpuinfo"), LLAMA_WHEEL_CACHE=str(cache),
-               SHARED_WHEELS=str(shared), LLAMA_FLAVOR=flavor)
+               SHARED_WHEELS=str(shared), LLAMA_FLAVOR=flavor or "")
+    if flavor is None:
+        del env["LLAMA_FLAVOR"]
     out = subprocess.run([str(SCRIPT), str(pip)], env=env, capture_output=True, text=True, check=True)
     return out.stdout + out.stderr, log.read_text().splitlines()
 
@@ -67,3 +70,10 @@ def test_failed_avx512_compile_falls_back_loudly(tmp_path):
 def test_forced_portable_flavour_ignores_avx512(tmp_path):
     out, calls = run(tmp_path, AVX512, wheel_cached=True, shared_wheel=True, flavor="avx2")
     assert "avx2 build" in out and not any("avx512" in c for c in calls)
+
+
+def test_the_default_is_the_portable_build_even_where_avx512_runs(tmp_path):
+    """Committed results and cold runs on any AVX2 machine compute the same floats (bench/reproducibility.json):
+    the portable build is the default, AVX-512 an opt-in for speed."""
+    out, calls = run(tmp_path, AVX512, wheel_cached=True, shared_wheel=True, flavor=None)
+    assert "avx2 build (prebuilt wheel" in out and not any("avx512" in c for c in calls)
