@@ -180,7 +180,7 @@ class Plan:
             out["claude_usd"], out["claude_batch_usd"] = round(usd, 2), round(usd - batchable / 2, 2)
         elif kind in ("openai", "vllm-local"):
             sec = server_seconds(model, u.prompt_tokens, u.output_tokens, self.throughput)
-            out["server_hours"] = round(sec / 3600, 4)
+            out["server_hours"] = round(sec / 3600, 6)
             out["gpu_hours"] = round(sec * gpus_per_server(model) / 3600, 2)
         return out
 
@@ -248,14 +248,16 @@ class CellEstimate:
 
 
 def sample_block(samples: list, per_cell: int, seed: int, dataset: str) -> tuple[list, bool]:
-    """(a seeded block of `per_cell` consecutive samples of one user, whether that is every sample)."""
+    """(a seeded block of `per_cell` consecutive samples of one user who has that many, or as many as any user
+    has; whether that is every sample)."""
     if len(samples) <= per_cell:
         return list(samples), True
     by_user: dict[str, list] = {}
     for s in sorted(samples, key=lambda s: (s.user, s.target_date)):
         by_user.setdefault(s.user, []).append(s)
     rng = random.Random(f"{seed}/{dataset}")
-    ss = by_user[rng.choice(sorted(by_user))]
+    longest = max(len(v) for v in by_user.values())
+    ss = by_user[rng.choice(sorted(u for u, v in by_user.items() if len(v) >= min(per_cell, longest)))]
     start = rng.randrange(max(1, len(ss) - per_cell + 1))
     return ss[start:start + per_cell], False
 
