@@ -10,7 +10,7 @@ at ../shared/data; real prompts), `--samples` evaluation samples per cell (the i
 Reported, per server count: wall time and the server-bound minimum (the busiest server's total service time /
 its batch), both in real seconds and scaled back to simulated hours; their ratio (goal >= 0.85); each server's
 utilisation (its GPU time / wall); the client's CPU per model call and its share of the wall time; `balms plan`'s
-estimate of the wall time on those servers (balms.experiments.plan.schedule_hours) against the simulation (goal
+estimate of the wall time on those servers (balms.experiments.plan.price_split) against the simulation (goal
 within 15%). Compression is chosen per run (`--compression-4` x 4 / servers) so the real bound is the same
 whatever the server count (about 130 s at the default 20): the simulated GPUs must never be faster than the
 client can feed, so each run also reports `max_honest_compression` (the uncompressed bound over the client's
