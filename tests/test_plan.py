@@ -118,6 +118,25 @@ def test_a_plugin_making_two_calls_per_sample_is_planned_at_two(two_calls, real_
     assert d["stand_in_errors"] == {} and d["samples_run"] == 2 * two.run and d["behaviour"] == "typical"
 
 
+def test_raptor_summaries_are_counted_and_the_stand_ins_are_forgotten(real_data):
+    """RAPTOR's day summaries are calls the agent makes (counted, once per user-day across its zero-shot and CoT
+    cells, as the summary cache makes them); the stand-in's summaries leave the summary cache with the plan."""
+    import sqlite3
+
+    from balms import paths
+
+    cfg = load("smoke", raw_root=str(real_data), systems=["raptor"], datasets=["pmdata"], n_samples=2,
+               backbones=["Qwen2.5-7B-Instruct"], notebooks=["01_prediction", "02_cot"])
+    plan = build_plan(cfg, per_cell=2)
+    zs, cot = (next(ce for ce in plan.cells if ce.cell.cot == c) for c in (False, True))
+    assert zs.errors == cot.errors == [] and zs.run == cot.run == 2
+    assert zs.usage.calls > 2 * zs.n_samples  # an answer per sample and the summaries of its look-back's days
+    assert cot.usage.calls == cot.n_samples  # the same days' summaries: answered from the cache
+    with sqlite3.connect(paths.cache_dir() / "raptor_summaries.sqlite") as con:
+        rows = "SELECT COUNT(*) FROM summaries WHERE model_id LIKE ?"
+        assert plan.stand_in and con.execute(rows, (plan.stand_in + "%",)).fetchone()[0] == 0
+
+
 def test_scaling_counts_calls_shared_by_neighbouring_samples_once_per_user():
     """A block's first sample stands for each user's first (it pays the calls its neighbours share, e.g. the day
     summaries of its look-back), the others for every other sample; a block that is every sample is summed."""

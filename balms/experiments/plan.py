@@ -161,6 +161,7 @@ class Plan:
     throughput: dict = field(default_factory=dict)
     data_sources: dict[str, str] = field(default_factory=dict)
     per_cell: int = 2
+    stand_in: str = ""  # the prefix of the stand-in's model ids (its day summaries are dropped after the plan)
 
     def _money(self, model: str, u: Usage, batch: Usage) -> dict:
         from balms.models.pricing import price_of
@@ -299,7 +300,7 @@ def _hash_retrieval(agent):
 STANDIN_PREFIX = "balms-plan-"
 
 
-def _forget_summaries(run: str) -> None:
+def _forget_summaries(prefix: str) -> None:
     """Drop the day summaries this plan's stand-in wrote (its own model ids) from the summary cache."""
     from balms import paths
 
@@ -309,7 +310,7 @@ def _forget_summaries(run: str) -> None:
     con = sqlite3.connect(path, timeout=30)
     try:
         with con:
-            con.execute("DELETE FROM summaries WHERE model_id LIKE ?", (f"{STANDIN_PREFIX}{run}/%",))
+            con.execute("DELETE FROM summaries WHERE model_id LIKE ?", (f"{prefix}%",))
     except sqlite3.OperationalError:  # no summaries table: nothing was written
         pass
     finally:
@@ -336,6 +337,7 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
     counters = {m: token_counter(m) for m in sorted({c.model for c in cells})}
     plan.token_counting = {m: c.method for m, c in counters.items()}
     run = uuid.uuid4().hex[:8]
+    plan.stand_in = f"{STANDIN_PREFIX}{run}/"
     backends: dict[str, StandInBackend] = {}
 
     def backend(model: str) -> StandInBackend:
@@ -345,7 +347,7 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
             except UnknownModelError:
                 mid = model
             cnt = counters[model]
-            backends[model] = StandInBackend(f"{STANDIN_PREFIX}{run}/{mid}", behaviour, name=model,
+            backends[model] = StandInBackend(f"{plan.stand_in}{mid}", behaviour, name=model,
                                              count_tokens=lambda ms, c=cnt: c.count("\n".join(m.content for m in ms),
                                                                                     len(ms)))
         return backends[model]
@@ -382,7 +384,7 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
             plan.cells.append(CellEstimate(cell, n, scale_up(deltas, n, n_users, exact), len(deltas), batchable,
                                            errors))
     finally:
-        _forget_summaries(run)
+        _forget_summaries(plan.stand_in)
     return plan
 
 
