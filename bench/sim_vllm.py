@@ -66,7 +66,8 @@ def reply_for(payload: dict) -> str:
     """The stand-in's reply (balms.models.standin.reply_for, behaviour SIMULATOR)."""
     fmt = payload.get("response_format") or {}
     schema = fmt.get("schema") or (fmt.get("json_schema") or {}).get("schema")
-    return standin_reply(payload.get("messages", []), payload.get("max_tokens"), SIMULATOR, schema)
+    return standin_reply(payload.get("messages", []), payload.get("max_tokens"), SIMULATOR, schema,
+                         payload.get("model") or "")
 
 
 @dataclass

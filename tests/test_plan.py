@@ -186,6 +186,20 @@ def test_the_stand_in_answers_every_caller_by_its_declared_rules(real_data):
     assert be.usage.calls == calls  # the same request again: cached, not a call
     assert be.generate(msgs, GenParams(max_tokens=400)).completion_tokens == 400 * TYPICAL.output_share
     assert UPPER.code_steps > 10 and UPPER.output_share == 1.0
+    # two models' answers differ (their rationales reach the judge as two requests, as real ones would)
+    other = StandInBackend("other", TYPICAL, name="other").generate(msgs, GenParams(max_tokens=400)).text
+    assert other != be.generate(msgs, GenParams(max_tokens=400)).text
+
+
+def test_the_judge_is_asked_once_per_rationale_of_every_model(real_data):
+    """Notebook 07's judge cells: one call per CoT rationale of each judged model, none answered from another
+    model's verdicts."""
+    cfg = load("paper", raw_root=str(real_data), datasets=["globem"], systems=["healthllm"], n_samples=2,
+               backbones=["Qwen2.5-7B-Instruct", "Mistral-7B-Instruct-v0.3"], judge_systems=["healthllm"],
+               notebooks=["01_prediction", "02_cot", "07_rationale_quality"])
+    judge = [ce for ce in build_plan(cfg, per_cell=2).cells if ce.cell.system == "judge"]
+    assert {ce.cell.judged_model for ce in judge} == set(cfg.backbones)
+    assert all(ce.usage.calls == ce.n_samples > 0 and not ce.errors for ce in judge)
 
 
 WORK = {"prediction": {"Qwen2.5-7B-Instruct": {"hours": 6.0, "tail": 0.0, "gpus": 1},

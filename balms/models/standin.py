@@ -42,7 +42,7 @@ BEHAVIOURS = {b.name: b for b in (SIMULATOR, TYPICAL, UPPER)}
 
 CODE_FENCE = "```python"
 PHIA_CODE = "[Thought] Look at the last days.{pad}\n[Act]\n```python\nprint(daily_df.tail(3))\n```"
-ANSWER = "The record points this way.{pad}\nAnswer: {k}"
+ANSWER = "The record points this way{by}.{pad}\nAnswer: {k}"
 _FILLER = " The record points this way."
 
 
@@ -80,8 +80,9 @@ def _instance(schema: dict):
 
 
 def reply_for(messages: Sequence[dict], max_tokens: int | None, behaviour: Behaviour,
-              json_schema: dict | None = None) -> str:
-    """The stand-in's reply to one chat request (messages as OpenAI dicts; module doc)."""
+              json_schema: dict | None = None, model: str = "") -> str:
+    """The stand-in's reply to one chat request (messages as OpenAI dicts; module doc). An answer names `model`, so
+    two models' rationales differ, as real ones do (the judge gets a request per model, not one from its cache)."""
     if json_schema:
         return json.dumps(_instance(json_schema))
     tokens = completion_tokens(max_tokens, behaviour)
@@ -90,7 +91,8 @@ def reply_for(messages: Sequence[dict], max_tokens: int | None, behaviour: Behav
     if CODE_FENCE in system and n_assistant < behaviour.code_steps:
         return PHIA_CODE.format(pad=_pad(tokens, len(PHIA_CODE)))
     h = int(hashlib.sha256(json.dumps(list(messages), sort_keys=True).encode()).hexdigest()[:8], 16)
-    return ANSWER.format(pad=_pad(tokens, len(ANSWER)), k=h % 5 + 1)
+    by = f" (by {model})" if model else ""
+    return ANSWER.format(pad=_pad(tokens, len(ANSWER) + len(by)), k=h % 5 + 1, by=by)
 
 
 def chars_over_4(messages: Sequence[Message]) -> int:
@@ -124,7 +126,7 @@ class StandInBackend:
 
     def generate(self, messages: Sequence[Message], params: GenParams) -> Completion:
         msgs = [m.to_dict() for m in messages]
-        text = reply_for(msgs, params.max_tokens, self.behaviour, params.json_schema)
+        text = reply_for(msgs, params.max_tokens, self.behaviour, params.json_schema, self.name or self.model_id)
         p, c = self.count_tokens(messages), completion_tokens(params.max_tokens, self.behaviour)
         key = hashlib.sha256(json.dumps([msgs, params.cache_key_fields()], sort_keys=True, default=str)
                              .encode()).hexdigest()
