@@ -2,13 +2,15 @@
 
     balms deploy skypilot --profile paper --out deploy/skypilot    # one SkyPilot task per vLLM model
     balms deploy skypilot --profile paper --out deploy/skypilot --check   # the committed tasks are current
+    balms deploy skypilot --profile paper --out my-tasks --gpus A6000:16   # replicas from the plan's allocation
     balms deploy endpoints --profile paper 1.2.3.4:8000 http://5.6.7.8:30001 ...   # what each serves; the export
 
 One task per model the profile sends to an OpenAI-compatible server (its declared cells' models, and the judge's
 when it runs notebook 07), each a vLLM server under the exact id balms routes by (`--served-model-name`, the
-registry's model id), on A6000-class (48 GB) GPUs: as many as the registry's `tensor_parallel`. SkyPilot fills
-task envs into `service:` and `file_mounts:` but not into `resources:`, so one parametrised file could not carry
-each model's GPU count: the tasks are generated per model from the registry instead, and
+registry's model id), on A6000-class (48 GB) GPUs: as many as the registry's `tensor_parallel`, quantised as its
+`quantization` says (the judge: a bitsandbytes 8-bit checkpoint the task's setup writes, as the paper served it).
+SkyPilot fills task envs into `service:` and `file_mounts:` but not into `resources:`, so one parametrised file
+could not carry each model's GPU count: the tasks are generated per model from the registry instead, and
 `tests/test_skypilot.py` checks the committed files against this generator and parses them with SkyPilot's own
 `Task`. The judge's task lives in `judge/` (it runs after the backbones: notebook 07 only).
 
@@ -58,18 +60,40 @@ def reasoning_parser(model_id: str) -> str | None:
     return next((p for prefix, p in REASONING_PARSERS.items() if model_id.startswith(prefix)), None)
 
 
-def task_config(s, cfg) -> dict:
-    """The SkyPilot task (as its YAML's dict) serving registry model `s` with vLLM."""
+# How a registry `quantization` is served: vLLM's --quantization, and the transformers keyword that writes the
+# pre-quantised checkpoint vLLM loads (vLLM quantises bitsandbytes in flight only to 4 bits)
+QUANTIZATIONS = {"bitsandbytes-8bit": ("bitsandbytes", "load_in_8bit")}
+QUANTIZE = """[ -f "$WEIGHTS/config.json" ] || python - <<'PY'
+import os
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+src, dst = os.environ["MODEL_ID"], os.environ["WEIGHTS"]
+AutoModelForCausalLM.from_pretrained(src, quantization_config=BitsAndBytesConfig({kw}=True),
+                                     device_map="auto").save_pretrained(dst)
+AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+PY
+"""
+
+
+def task_config(s, cfg, replicas: int = 1) -> dict:
+    """The SkyPilot task (as its YAML's dict) serving registry model `s` with vLLM on `replicas` servers."""
     gpus = s.tensor_parallel
     parser = reasoning_parser(s.model_id) if s.is_reasoning else None
+    if s.quantization and s.quantization not in QUANTIZATIONS:
+        raise ValueError(f"{s.name}: quantization {s.quantization!r} has no serving recipe "
+                         f"({', '.join(QUANTIZATIONS)})")
+    quant = QUANTIZATIONS.get(s.quantization)
     run = ('vllm serve "$WEIGHTS" --served-model-name "$MODEL_ID" --host 0.0.0.0 --port ' + str(PORT)
            + ' \\\n  --tensor-parallel-size "$TP" --max-model-len "$MAX_MODEL_LEN" --max-num-seqs "$MAX_NUM_SEQS"'
+           + (f" \\\n  --quantization {quant[0]}" if quant else "")
            + (f" \\\n  --reasoning-parser {parser}" if parser else "") + "\n")
+    setup = f'pip install "vllm=={VLLM_VERSION}"' + (" bitsandbytes accelerate\n" + QUANTIZE.format(kw=quant[1])
+                                                     if quant else "\n")
     return {
         "name": service_name(s.name),
         "envs": {
             "MODEL_ID": s.model_id,  # the served name: balms routes by it (/v1/models)
-            "WEIGHTS": s.model_id,  # what vLLM loads: a Hugging Face repo or a path (e.g. an 8-bit checkpoint)
+            # what vLLM loads: the Hugging Face repo, or the quantised checkpoint the setup writes from it
+            "WEIGHTS": f"models/{s.model_id.split('/')[-1]}-{s.quantization}" if quant else s.model_id,
             "TP": str(gpus),
             "MAX_MODEL_LEN": str(min(s.context_length, MAX_MODEL_LEN_CAP)),
             "MAX_NUM_SEQS": str(cfg.server_slots),  # what balms keeps in flight per server (server_slots)
@@ -77,26 +101,25 @@ def task_config(s, cfg) -> dict:
         "secrets": {"HF_TOKEN": ""},  # gated weights (Mistral, Llama): --secret HF_TOKEN
         "service": {
             "readiness_probe": {"path": "/v1/models", "initial_delay_seconds": READY_DELAY_S},
-            "replicas": 1,
+            "replicas": replicas,  # servers of this model (balms deploy skypilot --gpus: the plan's allocation)
         },
         "resources": {"accelerators": {g: gpus for g in GPUS}, "ports": PORT, "disk_size": 256},
-        "setup": f'pip install "vllm=={VLLM_VERSION}"\n',
+        "setup": setup,
         "run": run,
     }
 
 
 def _comment(s, cfg) -> str:
     role = "the judge (notebook 07; launch it after the backbones)" if s.role == "judge" else "a backbone"
-    lines = [f"# {s.name}: {role}, served as {s.model_id} on {s.tensor_parallel} x 48 GB GPU(s)."]
-    if s.role == "judge":
-        lines.append("# bf16 over 4 GPUs. The paper served it in 8-bit on 2: --env WEIGHTS=<your 8-bit checkpoint> "
-                     "--env TP=2 --gpus A6000:2")
+    how = f"in {s.quantization}" if s.quantization else "in bf16"
+    lines = [f"# {s.name}: {role}, served as {s.model_id} {how} on {s.tensor_parallel} x 48 GB GPU(s) per server "
+             "(the model registry's)."]
     lines.append(f"#   sky serve up -n {service_name(s.name)} <this file> --secret HF_TOKEN     "
                  f"(or sky launch -c {service_name(s.name)} ...)")
     return "\n".join(lines) + "\n"
 
 
-def render(s, cfg) -> str:
+def render(s, cfg, replicas: int = 1) -> str:
     import yaml
 
     class _Literal(str):
@@ -106,19 +129,30 @@ def render(s, cfg) -> str:
         pass
 
     _Dumper.add_representer(_Literal, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|"))
-    conf = task_config(s, cfg)
+    conf = task_config(s, cfg, replicas)
     conf["setup"], conf["run"] = _Literal(conf["setup"]), _Literal(conf["run"])
     body = yaml.dump(conf, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
     return HEADER.format(profile=cfg.profile) + _comment(s, cfg) + body
 
 
-def task_files(cfg) -> dict[str, str]:
-    """{relative path: YAML text}: `<service name>.yaml` per backbone, `judge/<service name>.yaml` for the judge."""
+def task_files(cfg, replicas: dict[str, int] | None = None) -> dict[str, str]:
+    """{relative path: YAML text}: `<service name>.yaml` per backbone, `judge/<service name>.yaml` for the judge;
+    `replicas` ({model: servers}, e.g. `allocated_replicas`) sets each task's replicas (1 where not given)."""
     out = {}
     for s in served_models(cfg):
         rel = f"{'judge/' if s.role == 'judge' else ''}{service_name(s.name)}.yaml"
-        out[rel] = render(s, cfg)
+        out[rel] = render(s, cfg, (replicas or {}).get(s.name, 1))
     return out
+
+
+def allocated_replicas(cfg, gpus: str, per_cell: int = 2) -> tuple[dict[str, int], dict]:
+    """({model: servers}, the allocation): `balms plan --gpus` on the profile, each model's servers in its phase
+    (the backbones while predicting, the judge after them, each phase with every GPU)."""
+    from balms.experiments.plan import allocate, build_plan, parse_gpus, phase_work
+
+    d = build_plan(cfg, per_cell=per_cell).to_dict()
+    alloc = allocate(phase_work(d, slots=cfg.server_slots), *parse_gpus(gpus))
+    return {m: n for p in alloc["phases"].values() for m, n in p["servers"].items()}, alloc
 
 
 def drift(out: Path, cfg) -> list[str]:
@@ -169,7 +203,17 @@ def _skypilot(args) -> int:
         if problems:
             print(f"re-generate: balms deploy skypilot --profile {args.profile} --out {out}", file=sys.stderr)
         return 1 if problems else 0
-    files = task_files(cfg)
+    replicas = None
+    if args.gpus:
+        try:
+            replicas, alloc = allocated_replicas(cfg, args.gpus, args.per_cell)
+        except ValueError as exc:
+            print(f"balms deploy: {exc}", file=sys.stderr)
+            return 2
+        print(f"{alloc['gpus']} x {alloc['gpu']}: " + "; ".join(
+            f"{phase} {', '.join(f'{m} x {n}' for m, n in p['servers'].items())} ({p['hours']:,.2f} h)"
+            for phase, p in alloc["phases"].items()))
+    files = task_files(cfg, replicas)
     for rel, text in files.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)
@@ -211,6 +255,9 @@ def register(sub) -> None:
     ps.add_argument("--profile", default="paper")
     ps.add_argument("--out", default="deploy/skypilot")
     ps.add_argument("--check", action="store_true", help="exit 1 if the files under --out are not current")
+    ps.add_argument("--gpus", default="", help="TYPE:COUNT (e.g. A6000:16): each task's replicas from `balms plan "
+                    "--gpus` (runs the plan: minutes); without it one replica each (what is committed)")
+    ps.add_argument("--per-cell", type=int, default=2, help="with --gpus: the plan's samples run per cell")
     ps.set_defaults(func=_skypilot)
     pe = s.add_parser("endpoints", help="what each endpoint serves, the profile's models without one, the export")
     pe.add_argument("endpoint", nargs="+", help="as `sky serve status --endpoint` or `sky status --endpoint` print")

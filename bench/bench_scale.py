@@ -10,7 +10,7 @@ at ../shared/data; real prompts), `--samples` evaluation samples per cell (the i
 Reported, per server count: wall time and the server-bound minimum (the busiest server's total service time /
 its batch), both in real seconds and scaled back to simulated hours; their ratio (goal >= 0.85); each server's
 utilisation (its GPU time / wall); the client's CPU per model call and its share of the wall time; `balms plan`'s
-estimate of the wall time on those servers (balms.experiments.plan.schedule_hours) against the simulation (goal
+estimate of the wall time on those servers (balms.experiments.plan.price_split) against the simulation (goal
 within 15%). Compression is chosen per run (`--compression-4` x 4 / servers) so the real bound is the same
 whatever the server count (about 130 s at the default 20): the simulated GPUs must never be faster than the
 client can feed, so each run also reports `max_honest_compression` (the uncompressed bound over the client's
@@ -205,19 +205,18 @@ def sim_throughput() -> dict:
     """The simulated servers' rates as `balms plan` throughput classes (aggregate tokens/s, one GPU each)."""
     from sim_vllm import A6000
 
-    return {k: {"prefill": v["prefill_tps"], "decode": v["decode_tps"], "gpus": 1} for k, v in A6000.items()}
+    return {k: {"prefill": v["prefill_tps"], "decode": v["decode_tps"]} for k, v in A6000.items()}
 
 
 def grid_plan(samples: int, datasets: list[str]) -> dict:
     """`balms plan` of notebook 01 on the paper profile, with the simulated servers' throughput and the way they
-    answer (sim_vllm.BEHAVIOUR as the plan's typical behaviour)."""
-    from sim_vllm import BEHAVIOUR
-
+    answer (the stand-in's SIMULATOR behaviour, which the simulated servers answer by)."""
     from balms.experiments.config import load
-    from balms.experiments.plan import Typical, build_plan
+    from balms.experiments.plan import build_plan
+    from balms.models.standin import SIMULATOR
 
     cfg = load("paper", datasets=datasets, backbones=BACKBONES, n_samples=samples, notebooks=["01_prediction"])
-    plan = build_plan(cfg, per_cell=3, throughput=sim_throughput(), typical=Typical(**BEHAVIOUR))
+    plan = build_plan(cfg, per_cell=3, throughput=sim_throughput(), behaviour=SIMULATOR)
     return plan.to_dict()
 
 
@@ -226,7 +225,7 @@ def plan_check(result: dict, plan: dict) -> dict:
     model fed the work the simulated servers actually did (their GPU seconds per model), which separates the error
     of the hours model (the scheduler keeps every server busy, then a tail) from that of the plan's estimate of the
     work (calls and tokens per sample)."""
-    from balms.experiments.plan import TAIL_CALLS, schedule_hours
+    from balms.experiments.plan import TAIL_CALLS, phase_work, price_split
     from balms.models.registry import MODELS
 
     name_of = {s.model_id: n for n, s in MODELS.items()}
@@ -236,10 +235,11 @@ def plan_check(result: dict, plan: dict) -> dict:
         m = name_of[s["model"]]
         servers[m] = servers.get(m, 0) + 1
         gpu_s[m] = gpu_s.get(m, 0.0) + s["gpu_s"]
-    sched = schedule_hours(plan["typical"]["backbones"], servers, sim_throughput(), slots=BATCH)
+    work_of = phase_work(plan, slots=BATCH)["prediction"]
+    sched = price_split({"prediction": work_of}, servers)
     sim_h = result["simulated_wall_h"]
-    measured = max(gpu_s[m] / servers[m] / 3600 + sched["tail_hours"][m] for m in servers)
-    work = {m: round(plan["typical"]["backbones"][m]["gpu_hours"] / (gpu_s[m] / 3600) - 1, 3) for m in servers}
+    measured = max(gpu_s[m] / servers[m] / 3600 + work_of[m]["tail"] for m in servers)
+    work = {m: round(work_of[m]["hours"] / (gpu_s[m] / 3600) - 1, 3) for m in servers}
     return {"plan_hours": sched["hours"], "simulated_hours": sim_h, "error": round(sched["hours"] / sim_h - 1, 3),
             "hours_model_on_measured_work": round(measured, 3),
             "hours_model_error": round(measured / sim_h - 1, 3), "tail_calls": TAIL_CALLS,
@@ -357,8 +357,8 @@ def main(argv=None) -> int:
         "server_model": {"source": "bench/sim_vllm.py module doc", "batch": BATCH},
         "embedder": "hash stand-in (tests/agent_fakes.HashEmbedder)",
         "runs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in runs], "loopback_1000": loop,
-        "plan": {"calls_typical": plan["typical"]["total"]["calls"],
-                 "gpu_hours_typical": plan["typical"]["total"]["gpu_hours"]},
+        "plan": {"calls_typical": plan["total"]["calls"],
+                 "gpu_hours_typical": plan["total"]["gpu_hours"]},
         "goal": {"ratio_at_4_and_16": 0.85, "plan_error": 0.15},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},

@@ -18,11 +18,10 @@ Parameters (A6000-class GPU, 48 GB, 768 GB/s, 154.8 dense FP16 TFLOPS; one model
 - prefill: compute-bound, 2 x parameters FLOPs per token at 50% of the A6000's dense FP16 peak: 7B ~5,500
   tokens/s, 14B ~2,750 tokens/s.
 - batch 16: the issue's measurement setting (16 requests in service per server), the scheduler's default slots.
-Token counts: prompt tokens = characters / 4 of every message; completion tokens = half the request's
-max_tokens (a reply that uses half its budget), so reasoning models with big budgets cost what they would.
-
-Replies are parseable by the agents: "Answer: k" (k from the request's hash); a PHIA step first gets one
-Python block, then the answer. GET /v1/models lists the server's model; GET /stats returns what it served.
+Token counts: prompt tokens = characters / 4 of every message; completion tokens and replies are the rule-answering
+stand-in's (balms.models.standin, behaviour SIMULATOR: half the request's max_tokens, one PHIA code step then the
+answer), the stand-in `balms plan` runs the agents against, so the plan and the simulated fleet count the same work.
+GET /v1/models lists the server's model; GET /stats returns what it served.
 
     python bench/sim_vllm.py --models m1,m2,... --compression 200   # prints one port per line
 """
@@ -31,14 +30,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from balms.models.standin import SIMULATOR, completion_tokens  # noqa: E402
+from balms.models.standin import reply_for as standin_reply  # noqa: E402
 from fake_servers import json_http  # noqa: E402
 
 A6000 = {  # tokens per second of one A6000-class GPU at batch 16 (module doc)
@@ -60,25 +59,15 @@ def service_s(prompt_tokens: int, completion_tokens: int, prefill_tps: float, de
 
 def tokens_of(payload: dict) -> tuple[int, int]:
     p = sum(len(m.get("content") or "") for m in payload.get("messages", [])) // 4
-    return max(1, p), max(1, int(payload.get("max_tokens") or 16) // 2)
-
-
-# How the stand-ins answer, in the terms of `balms plan`'s typical estimate (balms.experiments.plan.Typical): every
-# reply half its max_tokens (tokens_of), a PHIA episode one code step then its answer (reply_for). bench_scale
-# plans with it, so its plan check measures the plan's other estimates (prompts, summaries, hours), not a guess at
-# how real models behave; tests/test_bench_scale_pins.py checks it against the two functions.
-BEHAVIOUR = {"phia_calls": 2, "output_share": 0.5, "answer_share": 0.5}
-PHIA_CODE = "[Thought] Look at the last days.\n[Act]\n```python\nprint(daily_df.tail(3))\n```"
+    return max(1, p), completion_tokens(payload.get("max_tokens"), SIMULATOR)
 
 
 def reply_for(payload: dict) -> str:
-    msgs = payload.get("messages", [])
-    h = int(hashlib.sha256(json.dumps(msgs, sort_keys=True).encode()).hexdigest()[:8], 16)
-    system = (msgs[0].get("content") or "") if msgs else ""
-    n_assistant = sum(m.get("role") == "assistant" for m in msgs)
-    if "```python" in system and n_assistant == 0:  # a PHIA episode's first step writes code
-        return PHIA_CODE
-    return f"The record points this way.\nAnswer: {h % 5 + 1}"
+    """The stand-in's reply (balms.models.standin.reply_for, behaviour SIMULATOR)."""
+    fmt = payload.get("response_format") or {}
+    schema = fmt.get("schema") or (fmt.get("json_schema") or {}).get("schema")
+    return standin_reply(payload.get("messages", []), payload.get("max_tokens"), SIMULATOR, schema,
+                         payload.get("model") or "")
 
 
 @dataclass

@@ -28,28 +28,28 @@ def test_summary_says_not_met_when_a_ratio_is_below_the_goal():
 
 
 def test_the_simulators_declared_behaviour_is_what_it_does():
-    """bench-scale plans with sim_vllm.BEHAVIOUR: replies at half their max_tokens, a PHIA episode one code step then
-    its answer. Checked on the simulator's own functions, so the plan check cannot drift from the servers."""
+    """The simulated servers answer as the plan's stand-in does with behaviour SIMULATOR (bench-scale plans with it):
+    replies at half their max_tokens, a PHIA episode one code step then its answer. Checked on the simulator's own
+    functions, so the plan check cannot drift from the servers."""
     import sys
 
     sys.path.insert(0, str(paths.PROJECT_ROOT / "bench"))
     import sim_vllm
 
     from balms.agents.prompts import phia_observation, phia_system_prompt
+    from balms.models.standin import SIMULATOR
 
-    b = sim_vllm.BEHAVIOUR
     for max_tokens in (16, 400, 4096):
-        assert sim_vllm.tokens_of({"messages": [], "max_tokens": max_tokens})[1] == max_tokens * b["output_share"]
-        assert b["answer_share"] == b["output_share"]  # the simulator treats every reply alike
+        assert sim_vllm.tokens_of({"messages": [], "max_tokens": max_tokens})[1] == max_tokens * SIMULATOR.output_share
     system = {"role": "system", "content": phia_system_prompt(1, 5)}  # the paper's PHIA system prompt
     steps = [{"role": "user", "content": "Predict."}]
     n_calls = 0
     while True:  # an episode: each reply with code is followed by an observation, an answer ends it
-        reply = sim_vllm.reply_for({"messages": [system, *steps]})
+        reply = sim_vllm.reply_for({"messages": [system, *steps], "max_tokens": 64})
         n_calls += 1
         if "```python" not in reply:
             assert re.search(r"Answer: [1-5]", reply)
             break
         steps += [{"role": "assistant", "content": reply}, {"role": "user", "content": phia_observation("3.5")}]
         assert n_calls < 10
-    assert n_calls == b["phia_calls"]
+    assert n_calls == SIMULATOR.code_steps + 1

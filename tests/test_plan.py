@@ -1,14 +1,16 @@
-"""`balms plan`: the cells notebooks 01-07 run, and their calls, tokens, GPU hours and Claude cost."""
+"""`balms plan`: the cells notebooks 01-07 run; their calls and tokens counted by running the real agents and judge
+against the rule-answering stand-in; GPU hours, Claude cost, and the servers per model a number of GPUs allows."""
 
 from __future__ import annotations
 
 import json
-import math
+from dataclasses import dataclass, field
 
 import pytest
 
 from balms.experiments.config import load
 from balms.experiments.plan import build_plan, enumerate_cells, size_class
+from balms.models.standin import Usage
 
 
 def test_paper_cells_enumerated_once_each(real_data):
@@ -70,117 +72,226 @@ def test_size_classes():
     ] == ["7b", "7b", "14b", "70b", "small"]
 
 
-@pytest.fixture(scope="module")
-def small_plan(real_data):
-    cfg = load(
-        "paper",
-        raw_root=str(real_data),
-        n_samples=3,
-        datasets=["globem"],
-        horizon_datasets=["globem"],
-        lookbacks=[7, 14],
-    )
-    return cfg, build_plan(cfg, per_cell=2)
+@dataclass
+class TwoCallAgent:
+    """A plugin's agent that asks the model twice per sample (a draft, then a check of the draft)."""
+
+    cot: bool = False
+    seed: int = 0
+    name: str = field(default="two_calls", init=False)
+
+    def options(self) -> dict:
+        return {"seed": self.seed}
+
+    def predict(self, sample, tables, backend):
+        from balms.agents.common import Episode, build_record, parse_for
+        from balms.models.base import GenParams, Message
+
+        episode = Episode(backend)
+        params = GenParams(max_tokens=32, seed=self.seed)
+        ask = [Message("user", f"{sample.user} {sample.target_date}: predict the label.")]
+        draft = episode.call(ask, params)
+        final = episode.call([*ask, Message("assistant", draft.text), Message("user", "Check it.")], params)
+        return build_record(system=self.name, cot=self.cot, sample=sample, tables=tables, backend=backend,
+                            episode=episode, options=self.options(), raw_answer=final.text,
+                            parsed=parse_for(tables, final.text))
 
 
-def test_plan_counts_real_prompts_and_prices(small_plan):
-    from balms.agents.registry import make_agent
-    from balms.experiments.cohorts import cohort
-    from balms.experiments.grid import agent_options, eval_samples
+@pytest.fixture()
+def two_calls(monkeypatch):
+    from balms.agents import registry
 
-    cfg, plan = small_plan
+    spec = registry.SystemSpec("two_calls", TwoCallAgent, "Two calls", paper=False, source="tests")
+    monkeypatch.setitem(registry._SYSTEMS, "two_calls", spec)
+    return spec
+
+
+@pytest.mark.parametrize("n_samples", [2, 6])  # every sample run; a block of 2 run and scaled to 6
+def test_a_plugin_making_two_calls_per_sample_is_planned_at_two(two_calls, real_data, n_samples):
+    """The plan runs the system's own code against the stand-in: no cost model of any system, so a plugin asking
+    twice per sample is counted at two calls per sample, Health-LLM beside it at one."""
+    cfg = load("smoke", raw_root=str(real_data), systems=["healthllm", "two_calls"], datasets=["pmdata"],
+               backbones=["Qwen2.5-7B-Instruct"], n_samples=n_samples, notebooks=["01_prediction"])
+    plan = build_plan(cfg, per_cell=2)
+    by_system = {ce.cell.system: ce for ce in plan.cells}
+    assert set(by_system) == {"healthllm", "two_calls"}
+    two, one = by_system["two_calls"], by_system["healthllm"]
+    assert two.n_samples == one.n_samples == n_samples and two.run == one.run <= 2
+    assert (two.usage.calls, one.usage.calls) == (2 * n_samples, n_samples)
+    assert two.errors == [] and one.errors == []
     d = plan.to_dict()
-    assert d["data_sources"] == {"globem": "real", "pmdata": "real"} and d["notebooks"]["06_latency"] == {}
-    # a Health-LLM zero-shot cell: n calls, first-prompt tokens by chars/4 (+4 per message), budget outputs
-    ce = next(
-        c
-        for c in plan.cells
-        if (c.cell.system, c.cell.model, c.cell.cot, c.cell.notebook)
-        == ("healthllm", "Qwen2.5-7B-Instruct", False, "01_prediction")
-    )
-    samples = eval_samples(cfg, "globem")
-    agent = make_agent("healthllm", cot=False, **agent_options(cfg, "healthllm", False))
-    first = [agent.first_prompt(s, cohort("globem", cfg).tables) for s in (samples[0], samples[-1])]
-    expect = sum(math.ceil(len("\n".join(m.content for m in ms)) / 4) + 4 * len(ms) for ms in first) / 2
-    assert ce.n_samples == 3 and ce.upper.calls == 3 and ce.prompt_tokens_first == pytest.approx(expect)
-    assert ce.upper.output_tokens == 3 * cfg.zs_max_tokens
-    phia = next(
-        c
-        for c in plan.cells
-        if (c.cell.system, c.cell.model, c.cell.notebook) == ("phia", "Qwen2.5-7B-Instruct", "01_prediction")
-    )
-    assert phia.upper.calls == 3 * (cfg.phia_max_iters + 1) and phia.typical.calls == 3 * 4
-    r1 = d["backbones"]["DeepSeek-R1-Distill-Qwen-14B"]
-    assert r1["output_tokens"] > d["backbones"]["Qwen2.5-14B-Instruct"]["output_tokens"]  # reasoning budgets
-    claude = d["backbones"]["Claude-Haiku-4.5"]
-    usd = (claude["prompt_tokens"] * 1.0 + claude["output_tokens"] * 5.0) / 1e6
-    assert claude["claude_usd"] == pytest.approx(usd, abs=0.01) and claude["gpu_hours"] == 0
-    assert usd / 2 < claude["claude_batch_usd"] < usd  # only single-call cells go through batches
-    assert d["backbones"]["Llama-3.3-70B-Instruct"]["calls"] == 3 * 5 * len(cfg.judge_systems)
-    assert {c.cell.dataset for c in plan.cells if c.cell.notebook == "04_ablations"} == {"globem", "pmdata"}
-    for k in ("calls", "prompt_tokens", "output_tokens"):
-        assert d["total"][k] == sum(v[k] for v in d["backbones"].values())
-    assert d["total"]["gpu_hours"] > 0 and set(d["token_counting"]) == set(cfg.backbones) | {cfg.judge_model}
+    assert d["backbones"]["Qwen2.5-7B-Instruct"]["calls"] == 3 * n_samples
+    assert d["stand_in_errors"] == {} and d["samples_run"] == 2 * two.run and d["behaviour"] == "typical"
 
 
-def test_throughput_override_scales_gpu_hours(small_plan, capsys):
-    from balms.cli import main
+def test_raptor_summaries_are_counted_and_the_stand_ins_are_forgotten(real_data):
+    """RAPTOR's day summaries are calls the agent makes (counted, once per user-day across its zero-shot and CoT
+    cells, as the summary cache makes them); the stand-in's summaries leave the summary cache with the plan."""
+    import sqlite3
 
-    cfg, plan = small_plan
-    base = plan.to_dict()["backbones"]["Qwen2.5-7B-Instruct"]["gpu_hours"]
-    assert (
-        main(
-            [
-                "plan",
-                "--profile",
-                "paper",
-                "--json",
-                "--per-cell",
-                "1",
-                "--throughput",
-                "7b=4000:600:1",
-                "--set",
-                f"-p raw_root {cfg.raw_root} -p n_samples 3 -p datasets [globem] "
-                "-p horizon_datasets [globem] -p lookbacks [7,14]",
-            ]
-        )
-        == 0
-    )
-    d = json.loads(capsys.readouterr().out)
-    assert d["throughput_tokens_per_s"]["7b"] == {"prefill": 4000.0, "decode": 600.0, "gpus": 1}
-    assert d["backbones"]["Qwen2.5-7B-Instruct"]["gpu_hours"] == pytest.approx(2 * base, rel=0.35)
-    with pytest.raises(SystemExit, match="CLASS=prefill:decode"):
-        main(["plan", "--profile", "paper", "--throughput", "7b=fast"])
+    from balms import paths
+
+    cfg = load("smoke", raw_root=str(real_data), systems=["raptor"], datasets=["pmdata"], n_samples=2,
+               backbones=["Qwen2.5-7B-Instruct"], notebooks=["01_prediction", "02_cot"])
+    plan = build_plan(cfg, per_cell=2)
+    zs, cot = (next(ce for ce in plan.cells if ce.cell.cot == c) for c in (False, True))
+    assert zs.errors == cot.errors == [] and zs.run == cot.run == 2
+    assert zs.usage.calls > 2 * zs.n_samples  # an answer per sample and the summaries of its look-back's days
+    assert cot.usage.calls == cot.n_samples  # the same days' summaries: answered from the cache
+    with sqlite3.connect(paths.cache_dir() / "raptor_summaries.sqlite") as con:
+        rows = "SELECT COUNT(*) FROM summaries WHERE model_id LIKE ?"
+        assert plan.stand_in and con.execute(rows, (plan.stand_in + "%",)).fetchone()[0] == 0
 
 
-def test_plan_servers_gives_wall_hours_with_the_scheduler():
-    """--servers: each model's GPU time spread over its servers, then the last samples' chain of calls (each a
-    request's time in service at the server's batch); the run lasts as long as the busiest model's."""
-    from balms.experiments.plan import THROUGHPUT, schedule_hours, servers_by_model
+def test_scaling_counts_calls_shared_by_neighbouring_samples_once_per_user():
+    """A block's first sample stands for each user's first (it pays the calls its neighbours share, e.g. the day
+    summaries of its look-back), the others for every other sample; a block that is every sample is summed."""
+    from balms.experiments.plan import sample_block, scale_up
+
+    first, rest = Usage(15, 1500, 150), [Usage(2, 200, 20), Usage(4, 400, 40)]
+    got = scale_up([first, *rest], n=100, n_users=4, exact=False)
+    assert (got.calls, got.prompt_tokens) == (4 * 15 + 96 * 3, 4 * 1500 + 96 * 300)
+    assert scale_up([first, *rest], n=3, n_users=1, exact=True).calls == 21
+    assert scale_up([first], n=10, n_users=4, exact=False).calls == 150  # one sample run: it stands for all
+
+    class S:
+        def __init__(self, user, day):
+            self.user, self.target_date = user, day
+
+    samples = [S(u, d) for d in range(30) for u in ("a", "b", "c")]
+    block, exact = sample_block(samples, 5, seed=0, dataset="x")
+    assert not exact and len(block) == 5 and len({s.user for s in block}) == 1
+    days = [s.target_date for s in block]
+    assert days == list(range(days[0], days[0] + 5))  # consecutive days of one user
+    assert [(s.user, s.target_date) for s in sample_block(samples, 5, seed=0, dataset="x")[0]] == \
+        [(s.user, s.target_date) for s in block]  # seeded
+    assert sample_block(samples[:4], 5, seed=0, dataset="x") == (samples[:4], True)
+
+
+def test_the_stand_in_answers_every_caller_by_its_declared_rules(real_data):
+    """The judge gets a schema-valid verdict (no repair call), a ReAct loop its code steps then an answer, every
+    reply its share of the budget; an identical request is one call (the response cache)."""
+    from balms.agents.prompts import phia_system_prompt
+    from balms.judges.llm_judge import judge_rationale
+    from balms.models.base import GenParams, Message
+    from balms.models.standin import TYPICAL, UPPER, StandInBackend
+
+    be = StandInBackend("stand-in", TYPICAL)
+    res = judge_rationale(be, window_text="[Steps]: [1, 2]", gold=1, predicted=2, rationale="Steps fell.",
+                          scale=(0, 3), target="anxiety")
+    assert res.status == "scored" and be.usage.calls == 1
+    msgs = [Message("system", phia_system_prompt(1, 5)), Message("user", "Predict.")]
+    code_steps = 0
+    while "```python" in (reply := be.generate(msgs, GenParams(max_tokens=400)).text):
+        code_steps += 1
+        msgs += [Message("assistant", reply), Message("user", "[Observe] 3")]
+    assert code_steps == TYPICAL.code_steps and "Answer:" in reply
+    assert abs(len(reply) / 4 - 400 * TYPICAL.output_share) < 10  # padded to the tokens it claims
+    calls = be.usage.calls
+    be.generate(msgs, GenParams(max_tokens=400))
+    assert be.usage.calls == calls  # the same request again: cached, not a call
+    assert be.generate(msgs, GenParams(max_tokens=400)).completion_tokens == 400 * TYPICAL.output_share
+    assert UPPER.code_steps > 10 and UPPER.output_share == 1.0
+    # two models' answers differ (their rationales reach the judge as two requests, as real ones would)
+    other = StandInBackend("other", TYPICAL, name="other").generate(msgs, GenParams(max_tokens=400)).text
+    assert other != be.generate(msgs, GenParams(max_tokens=400)).text
+
+
+def test_the_judge_is_asked_once_per_rationale_of_every_model(real_data):
+    """Notebook 07's judge cells: one call per CoT rationale of each judged model, none answered from another
+    model's verdicts."""
+    cfg = load("paper", raw_root=str(real_data), datasets=["globem"], systems=["healthllm"], n_samples=2,
+               backbones=["Qwen2.5-7B-Instruct", "Mistral-7B-Instruct-v0.3"], judge_systems=["healthllm"],
+               notebooks=["01_prediction", "02_cot", "07_rationale_quality"])
+    judge = [ce for ce in build_plan(cfg, per_cell=2).cells if ce.cell.system == "judge"]
+    assert {ce.cell.judged_model for ce in judge} == set(cfg.backbones)
+    assert all(ce.usage.calls == ce.n_samples > 0 and not ce.errors for ce in judge)
+
+
+WORK = {"prediction": {"Qwen2.5-7B-Instruct": {"hours": 6.0, "tail": 0.0, "gpus": 1},
+                       "DeepSeek-R1-Distill-Qwen-14B": {"hours": 40.0, "tail": 0.1, "gpus": 2}},
+        "judge": {"Llama-3.3-70B-Instruct": {"hours": 10.0, "tail": 0.2, "gpus": 2}}}
+
+
+def test_the_allocation_is_the_fastest_split_of_the_gpus_per_phase():
+    """--gpus: each phase gets every GPU; the split it gives is the best of all splits that fit (brute force here),
+    priced as a split the user gives is; one more GPU never costs time; too few GPUs for one server each is refused."""
+    from balms.experiments.plan import allocate, price_split
+
+    got = allocate(WORK, "A6000", 9)
+    pred = got["phases"]["prediction"]
+    best = min(max(6.0 / a, 40.0 / b + 0.1) for a in range(1, 10) for b in range(1, 5) if a + 2 * b <= 9)
+    assert pred["hours"] == round(best, 3) and pred["gpus"] <= 9
+    assert pred == {**price_split(WORK, {**pred["servers"], "Llama-3.3-70B-Instruct": 1})["phases"]["prediction"],
+                    "one_more_gpu_saves_hours": pred["one_more_gpu_saves_hours"]}
+    assert got["phases"]["judge"]["servers"] == {"Llama-3.3-70B-Instruct": 4}  # 9 GPUs hold four 2-GPU servers
+    assert got["hours"] == round(pred["hours"] + got["phases"]["judge"]["hours"], 3)
+    assert got["gpu_hours"] == round(got["hours"] * 9, 2)
+    ten = allocate(WORK, "A6000", 10)
+    assert got["one_more_gpu_saves_hours"] == pytest.approx(got["hours"] - ten["hours"], abs=0.002)
+    assert got["one_more_gpu_saves_hours"] > 0  # the tenth GPU is a fifth judge server
+    with pytest.raises(ValueError, match="cannot hold one server of each"):
+        allocate(WORK, "A6000", 2)
+    with pytest.raises(ValueError, match="no server given for Llama-3.3-70B-Instruct"):
+        price_split(WORK, {"Qwen2.5-7B-Instruct": 1, "DeepSeek-R1-Distill-Qwen-14B": 1})
+
+
+def test_gpus_and_servers_are_parsed_and_checked(monkeypatch):
+    import dataclasses
+
+    from balms.experiments.plan import allocate, parse_gpus, servers_by_model
+    from balms.models import registry
     from fake_servers import FakeOpenAIServer
 
+    assert parse_gpus("A6000:16") == ("A6000", 16) and parse_gpus("8") == ("A6000", 8)
+    assert parse_gpus("l40s:4") == ("L40S", 4)
+    with pytest.raises(ValueError, match="GPU type 'H100' unknown"):
+        parse_gpus("H100:8")
+    with pytest.raises(ValueError, match="TYPE:COUNT"):
+        parse_gpus("many")
+    # the registry's weights must fit a server's GPUs: a model too big for them is refused, naming it
+    big = dataclasses.replace(registry.MODELS["Llama-3.3-70B-Instruct"], weights_gb=141.0)
+    monkeypatch.setitem(registry.MODELS, "Llama-3.3-70B-Instruct", big)
+    with pytest.raises(ValueError, match="Llama-3.3-70B-Instruct: 141 GB of weights do not fit 2 x A6000"):
+        allocate(WORK, "A6000", 16)
     with FakeOpenAIServer(models=["Qwen/Qwen2.5-14B-Instruct"]) as srv:
         servers = servers_by_model(["Qwen2.5-7B-Instruct=2", srv.url, "Qwen2.5-7B-Instruct=1"])
     assert servers == {"Qwen2.5-7B-Instruct": 3, "Qwen2.5-14B-Instruct": 1}
-    backbones = {"Qwen2.5-7B-Instruct": {"gpu_hours": 6.0}, "Qwen2.5-14B-Instruct": {"gpu_hours": 4.0},
-                 "Claude-Haiku-4.5": {"gpu_hours": 0.0}}
-    got = schedule_hours(backbones, servers, THROUGHPUT)  # no calls counted: no tail
-    gpus14 = THROUGHPUT["14b"]["gpus"]
-    assert got["per_model_hours"] == {"Qwen2.5-7B-Instruct": 2.0, "Qwen2.5-14B-Instruct": 4.0 / gpus14}
-    assert got["hours"] == max(2.0, 4.0 / gpus14)
-    t7 = THROUGHPUT["7b"]
-    with_calls = {"Qwen2.5-7B-Instruct": {"gpu_hours": 6.0, "calls": 100, "prompt_tokens": 100 * 1000,
-                                          "output_tokens": 100 * 200}}
-    one = 8 * (1000 / t7["prefill"] + 200 / t7["decode"])  # one request in service at a batch of 8
-    got = schedule_hours(with_calls, {"Qwen2.5-7B-Instruct": 3}, THROUGHPUT, slots=8, tail_calls=2)
-    assert got["tail_hours"]["Qwen2.5-7B-Instruct"] == round(2 * one / 3600, 3)
-    assert got["hours"] == round(6.0 / t7["gpus"] / 3 + 2 * one / 3600, 3)
-    with pytest.raises(ValueError, match="no server given for Qwen2.5-14B-Instruct"):
-        schedule_hours(backbones, {"Qwen2.5-7B-Instruct": 1}, THROUGHPUT)
     with pytest.raises(ValueError, match="unknown model 'nope'"):
         servers_by_model(["nope=2"])
 
 
+def test_every_registry_model_fits_its_stated_gpus():
+    """The registry states each served model's GPUs per server once; its weights fit them with room for a KV cache."""
+    from balms.experiments.plan import GPU_MEMORY_GB, check_memory
+    from balms.models.registry import MODELS
+
+    served = [n for n, s in MODELS.items() if s.backend == "openai"]
+    assert all(MODELS[n].weights_gb > 0 for n in served)
+    for gpu in GPU_MEMORY_GB:
+        check_memory(served, gpu)
+
+
+def test_the_command_line_plans_allocates_and_takes_throughput(two_calls, real_data, capsys):
+    from balms.cli import main
+
+    sets = (f"-p raw_root {real_data} -p n_samples 2 -p datasets [pmdata] -p systems [healthllm,two_calls] "
+            "-p backbones [Qwen2.5-7B-Instruct] -p notebooks [01_prediction]")
+    assert main(["plan", "--profile", "smoke", "--json", "--set", sets, "--gpus", "A6000:3"]) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert base["allocation"]["phases"]["prediction"]["servers"] == {"Qwen2.5-7B-Instruct": 3}
+    assert main(["plan", "--profile", "smoke", "--json", "--set", sets, "--throughput", "7b=16000:2400"]) == 0
+    fast = json.loads(capsys.readouterr().out)
+    q = "Qwen2.5-7B-Instruct"
+    assert fast["backbones"][q]["calls"] == base["backbones"][q]["calls"] == 6
+    assert fast["backbones"][q]["server_hours"] == pytest.approx(base["backbones"][q]["server_hours"] / 2, rel=0.02)
+    with pytest.raises(SystemExit, match="CLASS=prefill:decode"):
+        main(["plan", "--profile", "smoke", "--throughput", "7b=fast"])
+    assert main(["plan", "--profile", "smoke", "--set", sets, "--gpus", "H100:4"]) == 2
+    assert "GPU type 'H100' unknown" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_the_runbooks_plan_table_is_the_plans(real_data, monkeypatch):
     """docs/runbook.md's bill for the paper profile is `balms plan --profile paper --markdown` on the data here,
     regenerated, not a table typed once and left behind (it had been: 147,603 calls against today's plan)."""

@@ -30,9 +30,11 @@ from fake_servers import AnsweringOpenAIServer
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ROOT / "deploy" / "skypilot"
-# what the paper profile sends to vLLM: four backbones (Table 3) and the judge (Figure 4), by their served ids
+# what the paper profile sends to vLLM: four backbones (Table 3) and the judge (Figure 4), by their served ids; the
+# judge as the paper deployed it (Appendix D: "served via vLLM (bitsandbytes 8-bit, tensor_parallel_size=2)")
 PAPER_VLLM = {"Qwen/Qwen2.5-7B-Instruct": 1, "mistralai/Mistral-7B-Instruct-v0.3": 1, "Qwen/Qwen2.5-14B-Instruct": 2,
-              "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": 2, "meta-llama/Llama-3.3-70B-Instruct": 4}
+              "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": 2, "meta-llama/Llama-3.3-70B-Instruct": 2}
+PAPER_JUDGE = {"tensor_parallel": 2, "quantization": "bitsandbytes-8bit"}
 
 
 def task_paths() -> list[Path]:
@@ -81,6 +83,38 @@ def test_tasks_cover_exactly_the_paper_profiles_vllm_models(paper):
         assert (p.parent.name == "judge") == (MODELS[paper.judge_model].model_id == mid)
         assert ("--reasoning-parser" in t["run"]) == any(s.model_id == mid and s.is_reasoning for s in MODELS.values())
     assert got == PAPER_VLLM
+
+
+def test_registry_deploy_and_plan_agree_on_the_judge_as_the_paper_deployed_it(paper):
+    """One statement of the judge's GPUs and precision (the registry's), read by the SkyPilot task and the plan."""
+    from balms.experiments.plan import gpus_per_server, phase_work
+
+    s = spec(paper.judge_model)
+    assert {"tensor_parallel": s.tensor_parallel, "quantization": s.quantization} == PAPER_JUDGE
+    task = yaml.safe_load((TASKS / "judge" / f"{deploy_cli.service_name(s.name)}.yaml").read_text())
+    assert task["envs"]["TP"] == "2" and task["resources"]["accelerators"] == {g: 2 for g in deploy_cli.GPUS}
+    assert "--quantization bitsandbytes" in task["run"] and "load_in_8bit=True" in task["setup"]
+    assert task["envs"]["WEIGHTS"] != s.model_id  # the 8-bit checkpoint the setup writes, not the bf16 repo
+    assert gpus_per_server(s.name) == 2
+    plan = {"phases": {"judge": {s.name: {"calls": 10, "server_hours": 3.0}}}}
+    assert phase_work(plan)["judge"][s.name]["gpus"] == 2
+
+
+def test_deploy_writes_the_plans_allocation_as_replicas(tmp_path, real_data, monkeypatch):
+    """`balms deploy skypilot --gpus`: each task's replicas are the plan's servers for its model, in its phase."""
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    cfg = load("paper", raw_root=str(real_data), datasets=["globem"], systems=["healthllm"], n_samples=2,
+               judge_systems=["healthllm"], notebooks=["01_prediction", "02_cot", "07_rationale_quality"])
+    replicas, alloc = deploy_cli.allocated_replicas(cfg, "A6000:6")
+    assert set(alloc["phases"]) == {"prediction", "judge"} and alloc["gpus"] == 6
+    assert replicas[cfg.judge_model] == 3  # the judge phase has all six GPUs: three 2-GPU servers
+    assert sum(n * spec(m).tensor_parallel for m, n in alloc["phases"]["prediction"]["servers"].items()) <= 6
+    files = deploy_cli.task_files(cfg, replicas)
+    for rel, text in files.items():
+        t = yaml.safe_load(text)
+        name = next(n for n in replicas if deploy_cli.service_name(n) == t["name"])
+        assert t["service"]["replicas"] == replicas[name], rel
+    assert all(yaml.safe_load(t)["service"]["replicas"] == 1 for t in deploy_cli.task_files(cfg).values())
 
 
 def test_skypilot_parses_every_task_with_its_own_schema(tmp_path):

@@ -23,6 +23,9 @@ from balms import paths
 from balms.stores import Readers, one_per_key, open_db
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
+# Deterministic unit vectors from each text's hash, no model: for `balms plan`, which runs the memory agents to count
+# their calls (prompt lengths depend on how long the retrieved texts are, not on which), never for results.
+HASH_EMBEDDER = "hash-stand-in"
 _BATCH = 64
 MEMORY_VECTORS = 200_000  # per store, ~300 MB at MiniLM's 384 dimensions
 _ENCODE_LOCK = threading.Lock()
@@ -42,9 +45,20 @@ def model_dir(name: str = DEFAULT_EMBEDDER) -> Path:
     return d
 
 
+class HashEncoder:
+    """HASH_EMBEDDER's encoder: a text's sha256 as a unit vector (the SentenceTransformer `encode` call balms uses)."""
+
+    def encode(self, texts, **_) -> np.ndarray:
+        raw = np.array([np.frombuffer(hashlib.sha256(t.encode()).digest(), dtype=np.uint8) for t in texts],
+                       dtype=np.float32).reshape(len(texts), 32) - 127.5
+        return raw / np.linalg.norm(raw, axis=1, keepdims=True)
+
+
 @lru_cache(maxsize=2)
 def load_embedder(name: str = DEFAULT_EMBEDDER):
-    """The SentenceTransformer, loaded once per process, CPU, offline."""
+    """The SentenceTransformer, loaded once per process, CPU, offline (HASH_EMBEDDER: the hash encoder)."""
+    if name == HASH_EMBEDDER:
+        return HashEncoder()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch

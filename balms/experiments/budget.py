@@ -38,7 +38,7 @@ def call_usage(rec: PredictionRecord) -> tuple[int, int]:
 
 def spend_of(rec: PredictionRecord, throughput: dict | None = None) -> tuple[float, float]:
     """(USD, GPU hours) the record's own model calls cost."""
-    from balms.experiments.throughput import THROUGHPUT, size_class
+    from balms.experiments.throughput import gpu_hours
     from balms.models.pricing import estimate_cost
     from balms.models.registry import UnknownModelError, spec
 
@@ -50,8 +50,7 @@ def spend_of(rec: PredictionRecord, throughput: dict | None = None) -> tuple[flo
     if kind == "anthropic":
         return estimate_cost(rec.model_id, p, c), 0.0
     if kind in ("openai", "vllm-local"):
-        t = (throughput or THROUGHPUT)[size_class(rec.model)]
-        return 0.0, (p / t["prefill"] + c / t["decode"]) * t["gpus"] / 3600
+        return 0.0, gpu_hours(rec.model, p, c, throughput)
     return 0.0, 0.0  # embedded CPU models: free
 
 

@@ -1,73 +1,67 @@
-"""`balms plan`: what a profile will cost before any model call: calls, tokens, GPU hours, Claude dollars.
+"""`balms plan`: what a profile will cost before any model call: calls, tokens, GPU hours, Claude dollars, and how
+to split a given number of GPUs between the models.
 
 Why: the paper profile runs five backbones and a 70B judge over every test sample; a researcher must know the
-bill (GPU hours per model, Claude at list price and through the Batches API) before starting it.
+bill, and how many servers of each model keep a fleet busy, before starting it.
 
-How:
-- `enumerate_cells(cfg)`: the cells notebooks 01-07 run, from the config alone, in notebook order; a cell two
-  notebooks share (same dataset, system, model, CoT, look-back, options) runs once (response cache, run files)
-  and is counted under the first notebook that runs it (so 06 costs nothing: it re-reads 01/02's cells).
-- Prompt tokens are counted on the real first prompts of the data present (each agent's `first_prompt`), on
-  `per_cell` evenly spaced samples per cell, and scaled to the cell's sample count. Tokens: the model's own
-  tokenizer when its files are in the local Hugging Face cache (never downloaded), else chars/4 (+4 per message).
-- RAG/RAPTOR retrieval in the plan ranks memory with a stand-in hash embedding unless `embed=True`: the prompt
-  length depends on how long the top-k retrieved texts are, not on which are picked, and the real embedder
-  would embed every user's whole history (minutes on a CPU).
-- Output tokens are at each call's budget (an upper bound; `typical` scales them, see ASSUMPTIONS).
-- PHIA: upper bound max_iters + 1 calls per sample (the forced finish), each step re-sending the conversation
-  (the first prompt, every earlier step at its budget and an observation); `typical`: TYPICAL_PHIA_CALLS calls.
-- RAPTOR: one summary call per (user, memory day) and summary set (dataset, model, channels), shared by
-  every RAPTOR cell that uses that set (zero-shot, CoT, look-backs with memory=history).
-- Judge (07): one call per CoT rationale of the judged systems (window + rationale + rubric).
-- GPU hours: (prompt / prefill tok/s + output / decode tok/s) x GPUs per server, per model size class
-  (THROUGHPUT: stated, overridable); vLLM prefix caching (PHIA's repeated prefixes) would lower it.
+How: the plan RUNS the profile's cells, the real agents and the real judge, against a rule-answering stand-in
+backend (balms.models.standin: the same rules as the loopback simulator) with hash embeddings for retrieval, and
+sums what the stand-in was asked. It holds no cost model of any system: a plugin that makes two calls per sample is
+counted at two. The cells are those the notebooks declare (`enumerate_cells`), each once under the first notebook
+that runs it. Running every sample would take as long as PHIA's sandbox takes, so each cell runs a seeded block
+of `per_cell` consecutive samples of one user (every sample when it has no more) and is scaled: the block's first
+sample stands for each user's first, the rest for the others, so calls shared between neighbouring samples (RAPTOR's
+day summaries, answered once from their cache) are counted once per user-day, not once per sample. Identical
+requests count once (the response cache makes them one call). Prompt tokens: the model's own tokenizer when it is
+in the local Hugging Face cache (never downloaded), else characters / 4.
+
+Hours: each model's tokens at its size class's throughput (balms.experiments.throughput) on servers of the GPUs the
+model registry states; `--gpus TYPE:N` gives the servers per model that finish each phase (prediction, then the
+judge) soonest, `--servers` prices a split you give.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 import re
-from dataclasses import dataclass, field
+import sqlite3
+import uuid
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 from balms.experiments.cells import NOTEBOOKS, options_json
 from balms.experiments.config import ExperimentConfig
-from balms.experiments.throughput import THROUGHPUT, size_class  # noqa: F401  (the plan's names too)
+from balms.experiments.throughput import (  # noqa: F401  (the plan's names too)
+    GPU_MEMORY_GB,
+    THROUGHPUT,
+    gpus_per_server,
+    server_seconds,
+    size_class,
+)
+from balms.models.standin import BEHAVIOURS, TYPICAL, Behaviour, StandInBackend, Usage
 
-TYPICAL_PHIA_CALLS = 4  # code, code, answer (+ one nudge or forced finish): what small backbones mostly do
-TYPICAL_OUTPUT_SHARE = 0.5  # CoT, PHIA steps, summaries and judge verdicts stop well before their budget
-
-
-@dataclass(frozen=True)
-class Typical:
-    """How the models behave in the `typical` estimate (the upper bound assumes every budget spent): PHIA calls per
-    episode, the share of the budget a CoT / PHIA step / summary / judge reply uses, and that of a zero-shot
-    answer. Defaults: what small backbones mostly do; a benchmark whose stand-in servers answer by rule passes
-    the rule's own numbers (bench/bench_scale.py), so the plan's other estimates are checked alone."""
-
-    phia_calls: int = TYPICAL_PHIA_CALLS
-    output_share: float = TYPICAL_OUTPUT_SHARE
-    answer_share: float = 1.0
+PHASES = ("prediction", "judge")
+# vLLM's default --gpu-memory-utilization: the share of a server's GPU memory it may use (weights + KV cache)
+GPU_MEMORY_UTILISATION = 0.9
 
 
-PHIA_OBSERVATION_TOKENS = {"upper": 1000, "typical": 150}  # sandbox bound 4,000 chars; a printed number or table
-ASSUMPTIONS = [
-    "cells shared by notebooks run once and count under the first notebook (06 re-reads 01/02 cells)",
-    "output tokens at each call's max_tokens budget (upper bound); 'typical' takes zero-shot answers at budget and "
-    f"{TYPICAL_OUTPUT_SHARE:.0%} of the CoT / PHIA step / summary / judge budgets",
-    "PHIA: upper bound max_iters + 1 calls per sample (forced finish), each re-sending the conversation with "
-    f"earlier steps at budget and {PHIA_OBSERVATION_TOKENS['upper']}-token observations; typical {TYPICAL_PHIA_CALLS} "
-    f"calls with {PHIA_OBSERVATION_TOKENS['typical']}-token observations",
-    "RAPTOR: one summary call per (user, memory day) per (dataset, model, channel set), reused across its cells",
-    "RAG/RAPTOR prompts built with a stand-in hash embedding for retrieval (same top-k sizes, not the same texts)"
-    " unless --embed; RAPTOR answer prompts from leaves only (summaries do not exist before the run)",
-    "judge: one call per CoT rationale of judge_systems (geval mode: one one-token call per rubric dimension); "
-    "rationale at the backbone's CoT budget (upper bound)",
-    "GPU hours = (prompt/prefill + output/decode tokens per second) x GPUs of one server, per size class; "
-    "no prefix caching credit",
-    "Claude: list price; with anthropic_batch, Health-LLM and RAG cells (one call per sample) go through the "
-    "Message Batches API at half price, RAPTOR summaries and PHIA steps stay direct at list price",
-]
+def assumptions(behaviour: Behaviour, per_cell: int) -> list[str]:
+    return [
+        "cells shared by notebooks run once and count under the first notebook (06 re-reads 01/02 cells)",
+        f"every cell's agents and judge run against a stand-in answering by rule '{behaviour.name}': replies use "
+        f"{behaviour.output_share:.0%} of their max_tokens; a ReAct loop writes "
+        + ("code until its iteration cap" if behaviour.code_steps > 1000 else f"{behaviour.code_steps} code step(s)")
+        + " before answering (balms.models.standin)",
+        f"a seeded block of {per_cell} consecutive samples of one user per cell, scaled to the cell: its first sample "
+        "for each user's first, the others for the rest (shared calls, e.g. RAPTOR day summaries, once per user-day)",
+        "retrieval ranks with hash embeddings (same top-k sizes, not the same texts as the real embedder)",
+        "identical requests count once (the response cache)",
+        "GPU hours = (prompt/prefill + output/decode tokens per second of one server) x the registry's GPUs per "
+        "server; no prefix caching credit",
+        "Claude: list price; with anthropic_batch, cells of batchable systems go through the Message Batches API at "
+        "half price",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- cells ---
@@ -158,333 +152,243 @@ def token_counter(model: str) -> TokenCounter:
     return TokenCounter(model, f"{s.model_id} tokenizer", tok)
 
 
-# ------------------------------------------------------------------------------------------ estimate ---
 @dataclass
-class Usage:
-    calls: float = 0
-    prompt_tokens: float = 0
-    output_tokens: float = 0
-    batchable: bool = False  # single-call cells (Health-LLM, RAG): what anthropic_batch sends as batches
+class Plan:
+    profile: str
+    behaviour: Behaviour = TYPICAL
+    cells: list[CellEstimate] = field(default_factory=list)
+    token_counting: dict[str, str] = field(default_factory=dict)
+    throughput: dict = field(default_factory=dict)
+    data_sources: dict[str, str] = field(default_factory=dict)
+    per_cell: int = 2
+    stand_in: str = ""  # the prefix of the stand-in's model ids (its day summaries are dropped after the plan)
 
-    def __post_init__(self):
-        self.batch_prompt = self.prompt_tokens if self.batchable else 0.0
-        self.batch_output = self.output_tokens if self.batchable else 0.0
+    def _money(self, model: str, u: Usage, batch: Usage) -> dict:
+        from balms.models.pricing import price_of
+        from balms.models.registry import UnknownModelError, spec
 
-    def add(self, other: Usage, k: float = 1.0) -> None:
-        self.calls += other.calls * k
-        self.prompt_tokens += other.prompt_tokens * k
-        self.output_tokens += other.output_tokens * k
-        self.batch_prompt += other.batch_prompt * k
-        self.batch_output += other.batch_output * k
+        try:
+            kind = spec(model).backend
+        except UnknownModelError:
+            kind = "openai"
+        out = {"calls": round(u.calls), "prompt_tokens": round(u.prompt_tokens),
+               "output_tokens": round(u.output_tokens), "gpu_hours": 0.0, "server_hours": 0.0, "claude_usd": 0.0,
+               "claude_batch_usd": 0.0}
+        if kind == "anthropic":
+            pin, pout = price_of(spec(model).model_id)
+            usd = (u.prompt_tokens * pin + u.output_tokens * pout) / 1e6
+            batchable = (batch.prompt_tokens * pin + batch.output_tokens * pout) / 1e6
+            out["claude_usd"], out["claude_batch_usd"] = round(usd, 2), round(usd - batchable / 2, 2)
+        elif kind in ("openai", "vllm-local"):
+            sec = server_seconds(model, u.prompt_tokens, u.output_tokens, self.throughput)
+            out["server_hours"] = round(sec / 3600, 6)
+            out["gpu_hours"] = round(sec * gpus_per_server(model) / 3600, 2)
+        return out
+
+    def table(self) -> dict:
+        """{"notebooks": {nb: {model: totals}}, "backbones": {model: totals}, "phases": {phase: {model: totals}},
+        "total": totals}."""
+        per: dict[tuple, tuple[Usage, Usage]] = {}
+        for ce in self.cells:
+            phase = "judge" if ce.cell.system == "judge" else "prediction"
+            for key in (("nb", ce.cell.notebook, ce.cell.model), ("model", ce.cell.model),
+                        ("phase", phase, ce.cell.model)):
+                u, b = per.setdefault(key, (Usage(0, 0, 0), Usage(0, 0, 0)))
+                u.add(ce.usage)
+                if ce.batchable:
+                    b.add(ce.usage)
+        money = {k: self._money(k[-1], *v) for k, v in per.items()}
+        nbs = {nb: {k[2]: v for k, v in money.items() if k[0] == "nb" and k[1] == nb} for nb in NOTEBOOKS}
+        models = {k[1]: v for k, v in money.items() if k[0] == "model"}
+        phases = {p: {k[2]: v for k, v in money.items() if k[0] == "phase" and k[1] == p} for p in PHASES}
+        total = {k: round(sum(v[k] for v in models.values()), 2)
+                 for k in ("calls", "prompt_tokens", "output_tokens", "gpu_hours", "claude_usd", "claude_batch_usd")}
+        for k in ("calls", "prompt_tokens", "output_tokens"):
+            total[k] = int(total[k])
+        ran = {nb for nb in NOTEBOOKS if any(ce.cell.notebook == nb for ce in self.cells)} | {"06_latency"}
+        return {"notebooks": {nb: nbs[nb] for nb in NOTEBOOKS if nb in ran}, "backbones": models,
+                "phases": {p: v for p, v in phases.items() if v}, "total": total}
+
+    def to_dict(self) -> dict:
+        errors = {f"{ce.cell.notebook} {ce.cell.dataset} {ce.cell.system} {ce.cell.model}": ce.errors[0]
+                  for ce in self.cells if ce.errors}
+        return {
+            "profile": self.profile,
+            **self.table(),
+            "behaviour": self.behaviour.name,
+            "token_counting": self.token_counting,
+            "throughput_tokens_per_s": self.throughput,
+            "data_sources": self.data_sources,
+            "samples_run_per_cell": self.per_cell,
+            "samples_run": sum(ce.run for ce in self.cells if ce.cell.system != "judge"),
+            "stand_in_errors": errors,
+            "n_cells": len(self.cells),
+            # every cell priced, with the key of the run file it writes (agent cells): exactly what the notebooks run
+            "cells": [{"notebook": ce.cell.notebook, "dataset": ce.cell.dataset, "system": ce.cell.system,
+                       "model": ce.cell.model, "cot": ce.cell.cot, "lookback": ce.cell.lookback,
+                       "options": ce.cell.extra, "judged_model": ce.cell.judged_model, "key": ce.cell.key,
+                       "n_samples": ce.n_samples, "samples_run": ce.run, "calls": round(ce.usage.calls)}
+                      for ce in self.cells],
+            "assumptions": assumptions(self.behaviour, self.per_cell),
+        }
+
+
+# ------------------------------------------------------------------------------------------ estimate ---
+def _scaled(u: Usage, k: float) -> Usage:
+    return Usage(u.calls * k, u.prompt_tokens * k, u.output_tokens * k)
 
 
 @dataclass
 class CellEstimate:
     cell: PlanCell
     n_samples: int
-    upper: Usage
-    typical: Usage
-    prompt_tokens_first: float  # mean tokens of the first prompt (sampled)
-    sampled: int  # prompts actually built and counted
+    usage: Usage
+    run: int  # samples run against the stand-in
+    batchable: bool = False  # what anthropic_batch sends through the Message Batches API
+    errors: list[str] = field(default_factory=list)  # errors of the records (or verdicts) the stand-in run made
 
 
-@dataclass
-class Plan:
-    profile: str
-    cells: list[CellEstimate] = field(default_factory=list)
-    token_counting: dict[str, str] = field(default_factory=dict)
-    throughput: dict = field(default_factory=dict)
-    data_sources: dict[str, str] = field(default_factory=dict)
-    per_cell: int = 3
-    embed: bool = False
-
-    def _money(self, model: str, u: Usage) -> dict:
-        from balms.models.pricing import price_of
-        from balms.models.registry import UnknownModelError, spec
-
-        try:
-            s = spec(model)
-        except UnknownModelError:
-            s = None
-        out = {
-            "calls": round(u.calls),
-            "prompt_tokens": round(u.prompt_tokens),
-            "output_tokens": round(u.output_tokens),
-            "gpu_hours": 0.0,
-            "claude_usd": 0.0,
-            "claude_batch_usd": 0.0,
-        }
-        if s is not None and s.backend == "anthropic":
-            pin, pout = price_of(s.model_id)
-            usd = (u.prompt_tokens * pin + u.output_tokens * pout) / 1e6
-            batchable = (u.batch_prompt * pin + u.batch_output * pout) / 1e6
-            out["claude_usd"], out["claude_batch_usd"] = round(usd, 2), round(usd - batchable / 2, 2)
-        elif s is None or s.backend in ("openai", "vllm-local"):
-            t = self.throughput[size_class(model)]
-            sec = u.prompt_tokens / t["prefill"] + u.output_tokens / t["decode"]
-            out["gpu_hours"] = round(sec * t["gpus"] / 3600, 2)
-        return out
-
-    def table(self, which: str = "upper") -> dict:
-        """{"notebooks": {nb: {model: totals}}, "backbones": {model: totals}, "total": totals}."""
-        per_nb: dict[str, dict[str, Usage]] = {}
-        per_model: dict[str, Usage] = {}
-        for ce in self.cells:
-            u = getattr(ce, which)
-            per_nb.setdefault(ce.cell.notebook, {}).setdefault(ce.cell.model, Usage()).add(u)
-            per_model.setdefault(ce.cell.model, Usage()).add(u)
-        nbs = {nb: {m: self._money(m, u) for m, u in d.items()} for nb, d in per_nb.items()}
-        models = {m: self._money(m, u) for m, u in per_model.items()}
-        total = {
-            k: round(sum(v[k] for v in models.values()), 2)
-            for k in ("calls", "prompt_tokens", "output_tokens", "gpu_hours", "claude_usd", "claude_batch_usd")
-        }
-        for k in ("calls", "prompt_tokens", "output_tokens"):
-            total[k] = int(total[k])
-        for nb in NOTEBOOKS:  # every notebook appears, 06 with nothing new
-            nbs.setdefault(nb, {})
-        return {"notebooks": {nb: nbs[nb] for nb in NOTEBOOKS if nb in nbs}, "backbones": models, "total": total}
-
-    def to_dict(self) -> dict:
-        up = self.table("upper")
-        return {
-            "profile": self.profile,
-            **up,
-            "typical": self.table("typical"),
-            "token_counting": self.token_counting,
-            "throughput_tokens_per_s": self.throughput,
-            "data_sources": self.data_sources,
-            "prompts_sampled_per_cell": self.per_cell,
-            "retrieval_embedding": "real (all-MiniLM-L6-v2)" if self.embed else "stand-in hash embedding",
-            "n_cells": len(self.cells),
-            # every cell priced, with the key of the run file it writes (agent cells): exactly what the notebooks run
-            "cells": [{"notebook": ce.cell.notebook, "dataset": ce.cell.dataset, "system": ce.cell.system,
-                       "model": ce.cell.model, "cot": ce.cell.cot, "lookback": ce.cell.lookback,
-                       "options": ce.cell.extra, "judged_model": ce.cell.judged_model, "key": ce.cell.key,
-                       "n_samples": ce.n_samples, "calls_upper": round(ce.upper.calls)} for ce in self.cells],
-            "assumptions": ASSUMPTIONS,
-        }
+def sample_block(samples: list, per_cell: int, seed: int, dataset: str) -> tuple[list, bool]:
+    """(a seeded block of `per_cell` consecutive samples of one user who has that many, or as many as any user
+    has; whether that is every sample)."""
+    if len(samples) <= per_cell:
+        return list(samples), True
+    by_user: dict[str, list] = {}
+    for s in sorted(samples, key=lambda s: (s.user, s.target_date)):
+        by_user.setdefault(s.user, []).append(s)
+    rng = random.Random(f"{seed}/{dataset}")
+    longest = max(len(v) for v in by_user.values())
+    ss = by_user[rng.choice(sorted(u for u, v in by_user.items() if len(v) >= min(per_cell, longest)))]
+    start = rng.randrange(max(1, len(ss) - per_cell + 1))
+    return ss[start:start + per_cell], False
 
 
-class _HashEmbed:
-    """Deterministic unit vectors from each item's key and text: retrieval picks arbitrary top-k texts in the plan
-    without loading the embedder or writing to the embedding cache."""
-
-    def __call__(self, store, items):
-        import hashlib
-
-        import numpy as np
-
-        if not items:
-            return np.zeros((0, 0), dtype=np.float32)
-        rows = []
-        for key, text in items:
-            v = np.frombuffer(hashlib.sha256(f"{key}|{text}".encode()).digest(), dtype=np.uint8).astype(np.float32)
-            v -= 127.5
-            rows.append(v / np.linalg.norm(v))
-        return np.vstack(rows)
+def scale_up(deltas: list[Usage], n: int, n_users: int, exact: bool) -> Usage:
+    """A cell's usage from its block's per-sample usage (module doc): the first sample for each user's first, the
+    mean of the rest for every other sample."""
+    total = Usage(0, 0, 0)
+    if exact or not deltas:
+        for d in deltas:
+            total.add(d)
+        return total
+    first, rest = deltas[0], deltas[1:]
+    n_first = n if not rest else min(n_users, n)
+    total.add(_scaled(first, n_first))
+    for d in rest:
+        total.add(_scaled(d, (n - n_first) / len(rest)))
+    return total
 
 
-def _evenly(seq: list, k: int) -> list:
-    if len(seq) <= k:
-        return list(seq)
-    return [seq[round(i * (len(seq) - 1) / max(k - 1, 1))] for i in range(k)]
+def _measure(backend: StandInBackend, fn, *args, **kwargs) -> tuple[Usage, object]:
+    """(what `backend` was newly asked while `fn(*args, **kwargs)` ran, its result)."""
+    before = Usage(backend.usage.calls, backend.usage.prompt_tokens, backend.usage.output_tokens)
+    out = fn(*args, **kwargs)
+    u = backend.usage
+    return Usage(u.calls - before.calls, u.prompt_tokens - before.prompt_tokens,
+                 u.output_tokens - before.output_tokens), out
 
 
-def _msgs_text(msgs) -> tuple[str, int]:
-    return "\n".join(m.content for m in msgs), len(msgs)
+def _hash_retrieval(agent):
+    """The agent with hash embeddings where it retrieves (its own `embedder` option), else as it is."""
+    from balms.agents.embeddings import HASH_EMBEDDER
+
+    if is_dataclass(agent) and "embedder" in {f.name for f in fields(agent)}:
+        return replace(agent, embedder=HASH_EMBEDDER)
+    return agent
 
 
-def build_plan(
-    cfg: ExperimentConfig, *, per_cell: int = 3, embed: bool = False, throughput: dict | None = None, progress=None,
-    typical: Typical = Typical(),
-) -> Plan:
-    """Enumerate the profile's cells and estimate each on sampled real prompts (see the module doc)."""
-    import contextlib
-    from unittest import mock
+STANDIN_PREFIX = "balms-plan-"
 
-    from balms.agents import prompts as P
-    from balms.agents.rag import user_history
-    from balms.agents.raptor import day_tables
+
+def _forget_summaries(prefix: str) -> None:
+    """Drop the day summaries this plan's stand-in wrote (its own model ids) from the summary cache."""
+    from balms import paths
+
+    path = paths.cache_dir() / "raptor_summaries.sqlite"
+    if not path.exists():
+        return
+    con = sqlite3.connect(path, timeout=30)
+    try:
+        with con:
+            con.execute("DELETE FROM summaries WHERE model_id LIKE ?", (f"{prefix}%",))
+    except sqlite3.OperationalError:  # no summaries table: nothing was written
+        pass
+    finally:
+        con.close()
+
+
+def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour = TYPICAL,
+               throughput: dict | None = None, progress=None) -> Plan:
+    """Run the profile's cells against the stand-in (module doc) and sum what it was asked."""
     from balms.agents.registry import get_system
-    from balms.data.agent_input import input_text
-    from balms.data.channels import get_window, resolve_channels
     from balms.experiments.cohorts import cohort
-    from balms.judges import geval
-    from balms.judges.rubric import DIMENSIONS, build_messages
-    from balms.models.budgets import budget_for
+    from balms.experiments.judging import _judge_options
+    from balms.judges.llm_judge import judge_record
+    from balms.models.registry import UnknownModelError, spec
 
     tp = {k: dict(v) for k, v in THROUGHPUT.items()}
     for k, v in (throughput or {}).items():
         tp.setdefault(k, {}).update(v)
-    plan = Plan(cfg.profile, throughput=tp, per_cell=per_cell, embed=embed)
+    plan = Plan(cfg.profile, behaviour=behaviour, throughput=tp, per_cell=per_cell)
     built: dict = {}
     cells = enumerate_cells(cfg, built)
     cohorts = {d: cohort(d, cfg) for d in sorted({c.dataset for c in cells})}
     plan.data_sources = {d: co.source for d, co in cohorts.items()}
-    models = sorted({c.model for c in cells})
-    counters = {m: token_counter(m) for m in models}
+    counters = {m: token_counter(m) for m in sorted({c.model for c in cells})}
     plan.token_counting = {m: c.method for m, c in counters.items()}
-    prompt_cache: dict = {}  # (dataset, system, cot, lookback, options) -> [(text, n_messages)]
-    summary_sets_seen: set = set()
+    run = uuid.uuid4().hex[:8]
+    plan.stand_in = f"{STANDIN_PREFIX}{run}/"
+    backends: dict[str, StandInBackend] = {}
 
-    patch = (
-        contextlib.nullcontext()
-        if embed
-        else mock.patch(
-            "balms.agents.embeddings.EmbeddingStore.embed", new=lambda self, items: _HashEmbed()(self, items)
-        )
-    )
-    with patch:
+    def backend(model: str) -> StandInBackend:
+        if model not in backends:
+            try:
+                mid = spec(model).model_id
+            except UnknownModelError:
+                mid = model
+            cnt = counters[model]
+            backends[model] = StandInBackend(f"{plan.stand_in}{mid}", behaviour, name=model,
+                                             count_tokens=lambda ms, c=cnt: c.count("\n".join(m.content for m in ms),
+                                                                                    len(ms)))
+        return backends[model]
+
+    ran: dict[str, tuple] = {}  # agent cell key -> (records, n samples, n users, exact)
+    try:
         for i, cell in enumerate(cells):
             if progress:
                 progress(i, len(cells), cell)
-            d = cell.dataset
-            co = cohorts[d]
-            cnt = counters[cell.model]
+            tables = cohorts[cell.dataset].tables
+            be = backend(cell.model)
+            deltas, errors = [], []
             if cell.system == "judge":
-                judged_system = cell.extra["system"]
-                samples, agent = built[cell].samples, built[cell].agent  # the CoT cell it grades
-                n = len(samples)
-                rat_tokens = (
-                    budget_for(cell.judged_model, "cot", cfg)
-                    if judged_system != "phia"
-                    else budget_for(cell.judged_model, "phia_step", cfg)
-                )
-                pk = ("judge", d, judged_system)
-                if pk not in prompt_cache:
-                    got = []
-                    for s in _evenly(samples, per_cell):
-                        # the judge's window text: the data lines of the agent's prompt (of its look-back window)
-                        win = agent.window(s, co.tables)[0] if hasattr(agent, "window") else get_window(
-                            co.tables,
-                            s,
-                            context=True,
-                            channels=resolve_channels(co.tables, getattr(agent, "channels", None)),
-                        )
-                        inputs = dict(window_text=input_text(win, agent.options()), gold=s.label,
-                                      predicted=s.label, rationale="")
-                        if cfg.judge_mode == "geval":  # one question per dimension, all on one shared prefix
-                            prefix = geval.shared_prefix(**inputs)
-                            got += [_msgs_text(geval.dimension_messages(prefix, dim)) for dim in DIMENSIONS]
-                        else:
-                            got.append(_msgs_text(build_messages(**inputs, justify=cfg.judge_justify)))
-                    prompt_cache[pk] = got
-                texts = prompt_cache[pk]
-                p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)  # per call
-                # geval: a call per dimension answering one token; paper: one call per rationale at the judge budget
-                per = len(DIMENSIONS) if cfg.judge_mode == "geval" else 1
-                out = 1 if per > 1 else budget_for(cell.model, "judge", cfg)
-                up = Usage(n * per, n * per * (p0 + rat_tokens), n * per * out)
-                ty = Usage(n * per, n * per * (p0 + rat_tokens * typical.output_share),
-                           n * per * out * (1 if per > 1 else typical.output_share))
-                plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
-                continue
-            samples, agent = built[cell].samples, built[cell].agent
-            n = len(samples)
-            pk = (d, cell.system, cell.cot, cell.lookback, cell.options)
-            if pk not in prompt_cache:  # RAPTOR renders every leaf of the history per prompt: fewer of those
-                k = max(1, per_cell // 2) if get_system(cell.system).cost == "raptor" else per_cell
-                prompt_cache[pk] = [_msgs_text(agent.first_prompt(s, co.tables)) for s in _evenly(samples, k)]
-            texts = prompt_cache[pk]
-            p0 = sum(cnt.count(t, k) for t, k in texts) / max(len(texts), 1)
-            cost = get_system(cell.system).cost
-            if cost == "phia":
-                step = budget_for(cell.model, "phia_step", cfg)
-                up_calls = int(cfg.phia_max_iters) + 1
-                ty_calls = min(typical.phia_calls, up_calls)
-
-                def conv(calls, out_per_step, obs, p0=p0):
-                    return sum(p0 + k * (out_per_step + obs) for k in range(calls))
-
-                up = Usage(
-                    n * up_calls, n * conv(up_calls, step, PHIA_OBSERVATION_TOKENS["upper"]), n * up_calls * step
-                )
-                half = step * typical.output_share
-                ty = Usage(
-                    n * ty_calls, n * conv(ty_calls, half, PHIA_OBSERVATION_TOKENS["typical"]), n * ty_calls * half
-                )
+                recs, n, n_users, exact = ran[built[cell].spec.key()]
+                for rec in recs:
+                    u, res = _measure(be, judge_record, rec, {cell.dataset: tables}, be, **_judge_options(cfg))
+                    deltas.append(u)
+                    if res.status != "scored":
+                        errors.append(f"{res.unscored_code}: {res.unscored_reason}")
+                batchable = False
             else:
-                out = budget_for(cell.model, "cot" if cell.cot else "zs", cfg)
-                single = get_system(cell.system).batchable
-                up = Usage(n, n * p0, n * out, single)
-                ty = Usage(n, n * p0, n * out * (typical.output_share if cell.cot else typical.answer_share), single)
-            if cost == "raptor":
-                mem_lb = cell.lookback if cfg.raptor_memory == "lookback" else None
-                chans = cell.extra.get("channels")
-                skey = (d, cell.model, json.dumps(chans), cfg.raptor_memory, mem_lb)
-                if skey not in summary_sets_seen:
-                    summary_sets_seen.add(skey)
-                    su, st = _summaries(
-                        cfg,
-                        co,
-                        samples,
-                        agent,
-                        cnt,
-                        budget_for(cell.model, "raptor_summary", cfg),
-                        per_cell,
-                        user_history,
-                        day_tables,
-                        P,
-                        typical.output_share,
-                    )
-                    up.add(su)
-                    ty.add(st)
-            plan.cells.append(CellEstimate(cell, n, up, ty, p0, len(texts)))
+                c = built[cell]
+                n, n_users = len(c.samples), len({s.user for s in c.samples})
+                block, exact = sample_block(c.samples, per_cell, cfg.seed, cell.dataset)
+                agent, recs = _hash_retrieval(c.agent), []
+                for s in block:
+                    u, rec = _measure(be, agent.predict, s, tables, be)
+                    deltas.append(u)
+                    recs.append(rec)
+                    if rec.error:
+                        errors.append(rec.error)
+                ran[cell.key] = (recs, n, n_users, exact)
+                batchable = get_system(cell.system).batchable
+            plan.cells.append(CellEstimate(cell, n, scale_up(deltas, n, n_users, exact), len(deltas), batchable,
+                                           errors))
+    finally:
+        _forget_summaries(plan.stand_in)
     return plan
 
 
-def _summaries(cfg, co, samples, agent, cnt, budget, per_cell, user_history, day_tables, P,
-               share: float) -> tuple[Usage, Usage]:
-    """RAPTOR day summaries of one summary set: distinct (user, memory day) x the mean summary prompt; `typical`
-    at `share` of the budget (Typical.output_share)."""
-    import dataclasses
-
-    import pandas as pd
-
-    from balms.data.channels import get_window, resolve_channels
-    from balms.data.schema import Window
-
-    days: set = set()
-    tables = co.tables
-    by_user: dict[str, list] = {}
-    for s in samples:
-        by_user.setdefault(s.user, []).append(s)
-    for user, ss in by_user.items():
-        if cfg.raptor_memory == "history":
-            ud = pd.DatetimeIndex(tables.daily.xs(user, level="user").index).normalize()
-            last = max(pd.Timestamp(s.window_end) for s in ss)
-            days |= {(user, t) for t in ud[ud <= last]}
-        else:
-            for s in ss:
-                days |= {(user, t) for t in pd.date_range(s.window_start, s.window_end, freq="D")}
-    n_days = len(days)
-    chans = resolve_channels(tables, agent.channels)
-    texts = []
-    for s in _evenly(samples, max(1, per_cell // 2 + 1)):
-        win = get_window(tables, s, context=agent.context, channels=chans)
-        hist = user_history(tables, win, cfg.raptor_memory)
-        for ts in _evenly(list(hist.daily.index), 3):  # a few days; day_tables over one day each (fast)
-            one = Window(
-                sample=dataclasses.replace(s, window_end=ts.date()),
-                target=hist.target,
-                daily=hist.daily.loc[[ts]],
-                channels=hist.channels,
-                profile=hist.profile,
-            )
-            dt_ = day_tables(tables, one)
-            if ts in dt_:
-                texts.append(
-                    P.SUMMARY_SYSTEM_PROMPT
-                    + "\n"
-                    + P.summary_prompt(ts.date().isoformat(), dt_[ts], tables.subday_unit)
-                )
-    p = sum(cnt.count(t, 2) for t in texts) / len(texts) if texts else 0
-    up = Usage(n_days, n_days * p, n_days * budget)
-    return up, Usage(n_days, n_days * p, n_days * budget * share)
-
-
-# ------------------------------------------------------------------------------------------------ CLI ---
+# ---------------------------------------------------------------------------------------------- hours ---
 def servers_by_model(entries: list[str]) -> dict[str, int]:
     """`--servers`: each entry `MODEL=N` (N servers of a registry model) or a server URL (asked for what it
     serves: /v1/models, as routing does); -> {model name: number of servers}."""
@@ -512,98 +416,157 @@ def servers_by_model(entries: list[str]) -> dict[str, int]:
 
 
 # The drain after the busiest server's work: its last requests, each as long as one request in a full batch. The
-# scheduler runs the chains of dependent calls (RAPTOR, PHIA) first and single calls fill the servers while the
-# last chains drain, so one request time is left, not the last sample's whole chain (bench-scale: the busiest
-# server drained for 4, 7 and 17 s at 4, 8 and 16 servers, whose requests took 4, 8 and 16 s)
+# scheduler runs the chains of dependent calls first and single calls fill the servers while the last chains drain.
 TAIL_CALLS = 1
 
 
-def schedule_hours(backbones: dict[str, dict], servers: dict[str, int], throughput: dict, *,
-                   slots: int = 16, tail_calls: int = TAIL_CALLS) -> dict:
-    """Wall hours with the scheduler (balms.experiments.scheduler) on `servers` ({model: n servers}): every
-    server busy until its model's work is done (GPU-hours / GPUs per server / servers), then a drain of
-    `tail_calls` request times, each as long as one request in a batch of `slots` (a server's requests in
-    flight): the run lasts as long as the busiest model's. Claude runs over the API beside them."""
-    from balms.models.registry import UnknownModelError, spec
+def phase_work(d: dict, *, slots: int = 16, tail_calls: int = TAIL_CALLS) -> dict[str, dict[str, dict]]:
+    """{phase: {model: {"hours": server hours of work, "tail": hours of the drain, "gpus": GPUs per server}}} for
+    the GPU-served models of a plan's `phases` table (Claude runs over the API beside them)."""
+    out: dict[str, dict[str, dict]] = {}
+    for phase, models in d["phases"].items():
+        for m, v in models.items():
+            if not v["server_hours"]:
+                continue
+            one = slots * v["server_hours"] / v["calls"] if v["calls"] else 0.0  # a request's hours in service
+            out.setdefault(phase, {})[m] = {"hours": v["server_hours"], "tail": tail_calls * one,
+                                            "gpus": gpus_per_server(m)}
+    return out
 
-    per_model, tails, missing = {}, {}, []
-    for m, v in backbones.items():
-        try:
-            kind = spec(m).backend
-        except UnknownModelError:
-            kind = "openai"
-        if kind not in ("openai", "vllm-local"):
-            continue
-        if not servers.get(m):
-            missing.append(m)
-            continue
-        t = throughput[size_class(m)]
-        calls = v.get("calls") or 0
-        one = slots * ((v.get("prompt_tokens", 0) / t["prefill"] + v.get("output_tokens", 0) / t["decode"]) / calls
-                       if calls else 0.0)  # seconds one request spends in service
-        tails[m] = tail_calls * one / 3600
-        per_model[m] = v["gpu_hours"] / t["gpus"] / servers[m] + tails[m]
+
+def _wall(w: dict, n: int) -> float:
+    return w["hours"] / n + w["tail"]
+
+
+def price_split(work: dict[str, dict[str, dict]], servers: dict[str, int]) -> dict:
+    """Wall hours of each phase on `servers` ({model: n}): every server of a model busy until its work is done,
+    then a drain; a phase lasts as long as its slowest model, the phases run one after the other."""
+    missing = sorted({m for ws in work.values() for m in ws if not servers.get(m)})
     if missing:
         raise ValueError(f"no server given for {', '.join(missing)} (--servers MODEL=N or URLs serving it)")
-    hours = max(per_model.values(), default=0.0)
-    return {"hours": round(hours, 3), "per_model_hours": {m: round(h, 3) for m, h in per_model.items()},
-            "tail_hours": {m: round(h, 3) for m, h in tails.items()},
-            "servers": servers, "utilisation": {m: round((h - tails[m]) / hours, 3) if hours else 0.0
-                                                for m, h in per_model.items()}}
+    phases = {}
+    for phase, ws in work.items():
+        per = {m: _wall(w, servers[m]) for m, w in ws.items()}
+        hours = max(per.values())
+        phases[phase] = {"hours": round(hours, 3), "servers": {m: servers[m] for m in ws},
+                         "gpus": sum(servers[m] * w["gpus"] for m, w in ws.items()),
+                         "per_model_hours": {m: round(h, 3) for m, h in per.items()},
+                         "utilisation": {m: round(ws[m]["hours"] / servers[m] / hours, 3) for m in ws}}
+    return {"phases": phases, "hours": round(sum(p["hours"] for p in phases.values()), 3)}
+
+
+def _allocate_phase(ws: dict[str, dict], gpus: int) -> dict[str, int]:
+    """Servers per model, within `gpus`, that minimise the phase's wall time max_m(work_m / n_m + tail_m): the
+    smallest candidate time (each model's wall at some server count) whose server counts fit."""
+    need = sum(w["gpus"] for w in ws.values())
+    if need > gpus:
+        raise ValueError(f"{gpus} GPU(s) cannot hold one server of each of {', '.join(ws)} ({need} GPUs)")
+
+    def counts(t: float) -> dict[str, int] | None:
+        out = {}
+        for m, w in ws.items():
+            if t <= w["tail"]:
+                return None
+            out[m] = max(1, math.ceil(w["hours"] / (t - w["tail"]) - 1e-9))
+        return out if sum(n * ws[m]["gpus"] for m, n in out.items()) <= gpus else None
+
+    cands = sorted({_wall(w, k) for w in ws.values() for k in range(1, gpus // w["gpus"] + 1)})
+    lo, hi = 0, len(cands) - 1  # the largest candidate (every model on one server) always fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if counts(cands[mid]) else (mid + 1, hi)
+    return counts(cands[lo])
+
+
+def parse_gpus(text: str) -> tuple[str, int]:
+    """`--gpus A6000:16` (or `16`: A6000) -> (type, count)."""
+    m = re.fullmatch(r"(?:([A-Za-z0-9-]+):)?(\d+)", text.strip())
+    if not m or int(m.group(2)) < 1:
+        raise ValueError(f"--gpus expects TYPE:COUNT or COUNT (e.g. A6000:16), got {text!r}")
+    kind = m.group(1) or "A6000"
+    known = {k.lower(): k for k in GPU_MEMORY_GB}
+    if kind.lower() not in known:
+        raise ValueError(f"--gpus {text!r}: GPU type {kind!r} unknown; the throughput figures and the registry's GPUs "
+                         f"per server are for {', '.join(GPU_MEMORY_GB)}")
+    return known[kind.lower()], int(m.group(2))
+
+
+def check_memory(models, gpu: str) -> None:
+    """Each model's weights (the registry's) fit its server's GPUs with room for the KV cache."""
+    from balms.models.registry import spec
+
+    for m in models:
+        s = spec(m)
+        room = GPU_MEMORY_UTILISATION * s.tensor_parallel * GPU_MEMORY_GB[gpu]
+        if s.weights_gb >= room:
+            raise ValueError(f"{m}: {s.weights_gb:g} GB of weights do not fit {s.tensor_parallel} x {gpu} "
+                             f"({room:g} GB usable); raise its tensor_parallel in balms/models/registry.py")
+
+
+def allocate(work: dict[str, dict[str, dict]], gpu: str, gpus: int) -> dict:
+    """`--gpus`: per phase, the servers per model that finish it soonest on `gpus` GPUs (each phase has them all),
+    priced as `price_split` prices a split; plus what one more GPU would save."""
+    check_memory({m for ws in work.values() for m in ws}, gpu)
+    phases = {}
+    for phase, ws in work.items():
+        split = _allocate_phase(ws, gpus)
+        got = price_split({phase: ws}, split)["phases"][phase]
+        more = price_split({phase: ws}, _allocate_phase(ws, gpus + 1))["phases"][phase]["hours"]
+        phases[phase] = {**got, "one_more_gpu_saves_hours": round(got["hours"] - more, 3)}
+    hours = round(sum(p["hours"] for p in phases.values()), 3)
+    return {"gpu": gpu, "gpus": gpus, "phases": phases, "hours": hours, "gpu_hours": round(hours * gpus, 2),
+            "one_more_gpu_saves_hours": round(sum(p["one_more_gpu_saves_hours"] for p in phases.values()), 3)}
+
+
+# --------------------------------------------------------------------------------------------- output ---
+def _fmt_hours(name: str, sch: dict) -> list[str]:
+    paid = f", {sch['gpu_hours']:,.1f} GPU h paid for ({sch['gpus']} x {sch['gpu']})" if "gpu_hours" in sch else ""
+    lines = [f"{name}: {sch['hours']:,.2f} h wall" + paid
+             + (f"; one more GPU saves {sch['one_more_gpu_saves_hours']:,.2f} h" if "one_more_gpu_saves_hours" in sch
+                else "")]
+    for phase, p in sch["phases"].items():
+        lines.append(f"  {phase}: {p['hours']:,.2f} h on {p['gpus']} GPU(s)"
+                     + (f" (one more GPU saves {p['one_more_gpu_saves_hours']:,.2f} h)"
+                        if "one_more_gpu_saves_hours" in p else ""))
+        lines += [f"    {m:<34} {n} server(s) x {gpus_per_server(m)} GPU: {p['per_model_hours'][m]:,.2f} h, "
+                  f"busy {p['utilisation'][m]:.0%}" for m, n in p["servers"].items()]
+    return lines
 
 
 def format_plan(d: dict) -> str:
     """The plan as text: per notebook and backbone, totals, then how it was counted."""
 
     def row(name, v):
-        return (
-            f"  {name:<34} {v['calls']:>11,} {v['prompt_tokens']:>15,} {v['output_tokens']:>13,} "
-            f"{v['gpu_hours']:>9,.1f} {v['claude_usd']:>10,.2f} {v['claude_batch_usd']:>10,.2f}"
-        )
+        return (f"  {name:<34} {v['calls']:>11,} {v['prompt_tokens']:>15,} {v['output_tokens']:>13,} "
+                f"{v['gpu_hours']:>9,.1f} {v['claude_usd']:>10,.2f} {v['claude_batch_usd']:>10,.2f}")
 
-    head = (
-        f"  {'':<34} {'calls':>11} {'prompt tokens':>15} {'output tokens':>13} {'GPU h':>9} {'Claude $':>10} "
-        f"{'batch $':>10}"
-    )
-    lines = [
-        f"balms plan: profile {d['profile']!r}, {d['n_cells']} cells (data: "
-        + ", ".join(f"{k} {v}" for k, v in d["data_sources"].items())
-        + ")",
-        "",
-        "UPPER BOUND",
-        head,
-    ]
+    head = (f"  {'':<34} {'calls':>11} {'prompt tokens':>15} {'output tokens':>13} {'GPU h':>9} {'Claude $':>10} "
+            f"{'batch $':>10}")
+    lines = [f"balms plan: profile {d['profile']!r}, {d['n_cells']} cells, stand-in behaviour {d['behaviour']!r} "
+             "(data: " + ", ".join(f"{k} {v}" for k, v in d["data_sources"].items()) + ")", "", head]
     for nb, models in d["notebooks"].items():
         lines.append(f" {nb}" + ("" if models else "  (no new cells: re-reads earlier notebooks' cells)"))
-        for m, v in models.items():
-            lines.append(row(m, v))
+        lines += [row(m, v) for m, v in models.items()]
     lines += ["", " per backbone / judge", head]
-    for m, v in d["backbones"].items():
-        lines.append(row(m, v))
-    lines.append(row("TOTAL (upper bound)", d["total"]))
-    lines.append(row("TOTAL (typical)", d["typical"]["total"]))
+    lines += [row(m, v) for m, v in d["backbones"].items()]
+    lines.append(row("TOTAL", d["total"]))
     lines += [
         "",
         "token counting: " + "; ".join(f"{m}: {v}" for m, v in d["token_counting"].items()),
-        f"prompts counted: {d['prompts_sampled_per_cell']} sampled per cell, scaled to each cell's samples; "
-        f"retrieval: {d['retrieval_embedding']}",
-        "throughput (tokens/s per server, GPUs per server): "
-        + "; ".join(
-            f"{k}: prefill {v['prefill']:g}, decode {v['decode']:g}, {v['gpus']:g} GPU"
-            for k, v in d["throughput_tokens_per_s"].items()
-        ),
+        f"estimated from {d['samples_run']:,} samples run against the stand-in ({d['samples_run_per_cell']} per cell, "
+        "scaled to each cell's samples)",
+        "throughput (tokens/s per server): " + "; ".join(
+            f"{k}: prefill {v['prefill']:g}, decode {v['decode']:g}" for k, v in d["throughput_tokens_per_s"].items()),
         "assumptions:",
     ]
     lines += [f"  - {a}" for a in d["assumptions"]]
+    if d["stand_in_errors"]:
+        lines += ["", f"WARNING: {len(d['stand_in_errors'])} cell(s) failed on the stand-in; their calls are "
+                  "undercounted:"] + [f"  {c}: {e[:160]}" for c, e in d["stand_in_errors"].items()]
+    if d.get("allocation"):
+        lines += ["", *_fmt_hours("allocation (--gpus)", d["allocation"])]
     if d.get("schedule"):
-        sch = d["schedule"]
-        lines += ["", "on the given servers, all cells in flight (balms.experiments.scheduler): "
-                  f"{sch['upper']['hours']:,.2f} h upper bound, {sch['typical']['hours']:,.2f} h typical "
-                  "(the busiest model's GPU time over its servers, then its last samples' chain of calls; Claude "
-                  "runs beside them)"]
-        lines += [f"  {m:<34} {n} server(s): {sch['upper']['per_model_hours'][m]:,.2f} h upper, "
-                  f"{sch['typical']['per_model_hours'][m]:,.2f} h typical" for m, n in sch["upper"]["servers"].items()
-                  if m in sch["upper"]["per_model_hours"]]
+        lines += ["", *_fmt_hours("on the given servers (--servers)", d["schedule"])]
     return "\n".join(lines)
 
 
@@ -620,25 +583,24 @@ def format_markdown(d: dict, judge_model: str | None = None) -> str:
 
     lines = [f"`balms plan --profile {d['profile']}`: {d['n_cells']} cells; data: "
              + ", ".join(f"{k} {v}" for k, v in d["data_sources"].items()) + "; tokens: "
-             + "; ".join(sorted({v.split(" (")[0] for v in d["token_counting"].values()})) + ".",
+             + "; ".join(sorted({v.split(" (")[0] for v in d["token_counting"].values()}))
+             + f"; counted by running {d['samples_run_per_cell']} samples per cell against the stand-in "
+             f"'{d['behaviour']}' and scaling.",
              "", "| | calls | prompt tokens | output tokens | GPU h | Claude $ | Claude $ (batch) |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     lines += [row(m + (" (judge)" if m == judge_model else ""), v) for m, v in d["backbones"].items()]
-    lines += [row("**total, upper bound**", d["total"]), row("**total, typical**", d["typical"]["total"])]
+    lines.append(row("**total**", d["total"]))
     return "\n".join(lines)
 
 
 def _parse_throughput(items: list[str]) -> dict:
-    """`CLASS=prefill:decode[:gpus]`, e.g. `70b=1500:200:2`."""
+    """`CLASS=prefill:decode`, e.g. `70b=1500:200`."""
     out = {}
     for it in items or []:
-        m = re.fullmatch(r"(\w+)=(\d+(?:\.\d+)?):(\d+(?:\.\d+)?)(?::(\d+))?", it.strip())
+        m = re.fullmatch(r"(\w+)=(\d+(?:\.\d+)?):(\d+(?:\.\d+)?)", it.strip())
         if not m:
-            raise SystemExit(f"--throughput expects CLASS=prefill:decode[:gpus] (e.g. 70b=1500:200:2), got {it!r}")
-        v = {"prefill": float(m.group(2)), "decode": float(m.group(3))}
-        if m.group(4):
-            v["gpus"] = int(m.group(4))
-        out[m.group(1).lower()] = v
+            raise SystemExit(f"--throughput expects CLASS=prefill:decode (e.g. 70b=1500:200), got {it!r}")
+        out[m.group(1).lower()] = {"prefill": float(m.group(2)), "decode": float(m.group(3))}
     return out
 
 
@@ -650,31 +612,29 @@ def _cmd(args) -> int:
 
     try:
         cfg = load(args.profile, **parse_cli_overrides(args.set))
-    except ConfigError as exc:
+        gpu = parse_gpus(args.gpus) if args.gpus else None
+    except (ConfigError, ValueError) as exc:
         print(f"balms plan: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
 
     def progress(i, n, cell):
-        if args.progress and i % 20 == 0:
-            print(
-                f"  planning cell {i + 1}/{n} ({cell.notebook} {cell.dataset} {cell.system} {cell.model})",
-                file=sys.stderr,
-                flush=True,
-            )
+        if args.progress:
+            print(f"  planning cell {i + 1}/{n} ({cell.notebook} {cell.dataset} {cell.system} {cell.model})",
+                  file=sys.stderr, flush=True)
 
-    plan = build_plan(
-        cfg, per_cell=args.per_cell, embed=args.embed, throughput=_parse_throughput(args.throughput), progress=progress
-    )
+    plan = build_plan(cfg, per_cell=args.per_cell, behaviour=BEHAVIOURS[args.behaviour],
+                      throughput=_parse_throughput(args.throughput), progress=progress)
     d = plan.to_dict()
-    if args.servers:
-        try:
-            srv = servers_by_model(args.servers.split(","))
-            d["schedule"] = {w: schedule_hours(t["backbones"], srv, plan.throughput, slots=cfg.server_slots)
-                             for w, t in (("upper", d), ("typical", d["typical"]))}
-        except ValueError as exc:
-            print(f"balms plan: {exc}", file=sys.stderr)
-            return 2
+    try:
+        work = phase_work(d, slots=cfg.server_slots)
+        if gpu:
+            d["allocation"] = allocate(work, *gpu)
+        if args.servers:
+            d["schedule"] = price_split(work, servers_by_model(args.servers.split(",")))
+    except ValueError as exc:
+        print(f"balms plan: {exc}", file=sys.stderr)
+        return 2
     d["planning_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         print(json.dumps(d, indent=2))
@@ -687,21 +647,21 @@ def _cmd(args) -> int:
 
 
 def register(sub) -> None:
-    """`balms plan --profile NAME [--json]`."""
-    p = sub.add_parser("plan", help="calls, tokens, GPU hours and Claude cost of a profile, before any model call")
+    """`balms plan --profile NAME [--json] [--gpus A6000:16] [--servers MODEL=N,...]`."""
+    p = sub.add_parser("plan", help="calls, tokens, GPU hours and Claude cost of a profile, and how to split GPUs "
+                       "between its models, before any model call")
     p.add_argument("--profile", default="demo")
     p.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--markdown", action="store_true", help="the per-backbone table as Markdown (the runbook's)")
-    p.add_argument("--per-cell", type=int, default=3, help="prompts built and counted per cell (then scaled)")
-    p.add_argument("--embed", action="store_true", help="retrieve with the real embedder (slow on a CPU)")
-    p.add_argument(
-        "--throughput",
-        action="append",
-        default=[],
-        help="CLASS=prefill:decode[:gpus] tokens/s per server (classes: 7b, 14b, 70b, small)",
-    )
+    p.add_argument("--per-cell", type=int, default=2, help="samples of each cell run against the stand-in, then "
+                   "scaled (every sample of a cell that has no more)")
+    p.add_argument("--behaviour", choices=sorted(BEHAVIOURS), default=TYPICAL.name,
+                   help="how the stand-in answers (balms.models.standin); 'upper' runs every ReAct loop to its cap")
+    p.add_argument("--throughput", action="append", default=[],
+                   help="CLASS=prefill:decode tokens/s of one server (classes: 7b, 14b, 70b, small)")
     p.add_argument("--progress", action="store_true", help="print planning progress to stderr")
-    p.add_argument("--servers", default="", help="comma-separated MODEL=N or server URLs: wall hours on them with "
-                   "the scheduler (profile's servers: --servers with their URLs)")
+    p.add_argument("--gpus", default="", help="TYPE:COUNT (e.g. A6000:16): the servers per model that finish each "
+                   "phase soonest on them, the wall time, GPU hours, and what one more GPU would save")
+    p.add_argument("--servers", default="", help="comma-separated MODEL=N or server URLs: the wall time on them")
     p.set_defaults(func=_cmd)
