@@ -127,7 +127,9 @@ plan: ## Calls, tokens, GPU hours and Claude cost of PROFILE before any model ca
 	$(PY) -m balms.cli plan --profile $(PROFILE) --set "$$BALMS_P"
 
 # The paper profile costs GPU days and dollars: print the plan and go on only when confirmed (or YES=1).
-ifeq ($(PROFILE),paper)
+# PLAN=skip: no plan first (the dry run on loopback stand-ins: the plan runs every cell's agents against the
+# rule-answering stand-in, minutes on 2 cores; tests/test_plan.py checks it on the paper profile)
+ifeq ($(PROFILE)$(PLAN),paper)
 $(EXECUTED): | plan-confirm
 endif
 plan-confirm:

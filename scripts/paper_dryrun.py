@@ -18,11 +18,11 @@ What serves what (every address is 127.0.0.1; every process is started here and 
   with its model answers taken from server A the same way); the official `anthropic` client reaches it via
   ANTHROPIC_BASE_URL with a dummy key, and `anthropic_batch: true` sends Claude's single-call cells as batches.
 
-Then `make paper PROFILE=paper YES=1` (the plan first, then notebooks 00-07) with P overrides that keep every
-artefact but shrink each call (P_OVERRIDES says why each), writing only under build/paper-dryrun/
-(BALMS_OUTPUT_DIR, BALMS_RUNS_DIR, BALMS_CACHE_DIR, EXEC_DIR), and a check that every backbone and the judge
-appear in every paper artefact (tables' CSVs, the artefact index, the figures' panel lists), one panel per
-backbone where the paper has one, no record with an error, and that the batch and reasoning stand-ins were used.
+Then `make paper PROFILE=paper YES=1 PLAN=skip` (notebooks 00-07; the plan is tests/test_plan.py's) with P overrides
+that keep every artefact but shrink each call (P_OVERRIDES says why each), writing only under build/paper-dryrun/
+(BALMS_OUTPUT_DIR, BALMS_RUNS_DIR, BALMS_CACHE_DIR, EXEC_DIR), and a check that every backbone and the judge appear
+in every paper artefact (tables' CSVs, the artefact index, the figures' panel lists), one panel per backbone where
+the paper has one, no record with an error, and that the batch and reasoning stand-ins were used.
 
 The goal is 15 minutes on 2 cores (measured: 760 s on the idle VM); the verdict line says whether the run was within
 it. The hard deadline (--timeout-s, 20 minutes) stops the notebooks and fails the run, so CI fails rather than
@@ -433,9 +433,11 @@ def main(argv=None) -> int:
                    ANTHROPIC_BASE_URL=anthropic.url)
         env.pop("BALMS_ANTHROPIC_MODEL", None)
         # (make paper points the notebooks' kernels at this checkout's balms: PYTHONPATH in the Makefile)
-        cmd = [a.make, "--no-print-directory", f"-j{jobs}", "paper", "PROFILE=paper", "YES=1", f"VENV={a.venv}",
+        # PLAN=skip: the plan runs every cell's agents against its own stand-in (minutes here; tests/test_plan.py)
+        cmd = [a.make, "--no-print-directory", f"-j{jobs}", "paper", "PROFILE=paper", "YES=1", "PLAN=skip",
+               f"VENV={a.venv}",
                f"EXEC_DIR={BUILD.relative_to(ROOT)}/executed", f"P={p}"]
-        say("running: " + " ".join(cmd[:7]) + " EXEC_DIR=... P=\"" + p + "\"")
+        say("running: " + " ".join(cmd[:8]) + " EXEC_DIR=... P=\"" + p + "\"")
         t_nb = time.monotonic()
         make = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
         try:
