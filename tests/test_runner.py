@@ -124,7 +124,7 @@ def test_per_request_timeout(tmp_path):
     run_samples(TinyAgent(), backend, make_samples(1), None, tmp_path / "r.jsonl", progress=False, retries=1,
                 timeout_s=0.1)
     (rec,) = load_records(tmp_path / "r.jsonl")
-    assert "no response within 0.1 s" in rec.error and backend.calls == 2
+    assert "no response within the deadline of 0.1 s" in rec.error and backend.calls == 2
 
 
 def test_resume_skips_done_and_truncates_torn_line(tmp_path):

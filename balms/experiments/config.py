@@ -144,6 +144,9 @@ class ExperimentConfig(BaseModel):
     # spending cap of a scheduled run (balms.experiments.budget): Claude at list price, vLLM GPU hours by tokens
     max_usd: float | None = None
     max_gpu_hours: float | None = None
+    # each model call's wall-clock deadline in seconds, retried like any transient error (None: from the call's
+    # max_tokens, balms.models.retrying.call_deadline); a server that hangs or drips bytes meets it
+    call_deadline_s: float | None = None
     raw_root: str | None = None  # default: BALMS_RAW_DIR (make sets ../shared/data when present), else data/raw
     # the notebooks `make paper` executes (stems); a study notebook (08_cpu_study) runs only where a profile names it
     notebooks: list[str] | None = ["00_preprocessing", "01_prediction", "02_cot", "03_long_horizon", "04_ablations",
