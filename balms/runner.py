@@ -41,7 +41,7 @@ from balms.data.schema import DataError
 from balms.jsonl_store import recover_jsonl, rewrite_jsonl, scan_jsonl
 from balms.models.base import BackendError
 from balms.models.pricing import estimate_cost
-from balms.models.retrying import RetryingBackend, retry_layer
+from balms.models.retrying import RetryingBackend, call_deadline, retry_layer
 from balms.models.slots import STOP, NotStarted
 from balms.paths import PROJECT_ROOT
 from balms.records import PredictionRecord, sample_fields
@@ -382,7 +382,8 @@ class CellRun:
         self._stats0 = _stats(backend)
         self._inner = retry_layer(backend)  # if the backend retries itself, don't multiply the attempts
         self._inner0 = (self._inner.attempts, self._inner.retried) if self._inner else (0, 0)
-        self.wrapped = RetryingBackend(backend, retries=0 if self._inner else retries, timeout_s=timeout_s)
+        self.wrapped = RetryingBackend(backend, retries=0 if self._inner else retries,
+                                       timeout_s=call_deadline if timeout_s is None else timeout_s)
         self.session: dict[str, Any] = {"started_at": _now(), "n_todo": len(self.todo), "n_errors_retried": n_retried,
                                         "n_new": 0, "n_errors_new": 0}
         base = type(inspect.unwrap(agent))

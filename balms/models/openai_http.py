@@ -173,7 +173,8 @@ class OpenAICompatBackend:
             for chunk in resp.iter_bytes():
                 chunks.append(chunk)
                 if time.monotonic() > end:
-                    raise httpx.ReadTimeout(f"answer not complete within the deadline of {timeout:g} s")
+                    raise BackendError(f"{self.model_id}: answer from {url} not complete within the deadline of "
+                                       f"{timeout:g} s", transient=True)
             return resp, b"".join(chunks)
 
     # -- request --------------------------------------------------------------------------------------
@@ -211,7 +212,8 @@ class OpenAICompatBackend:
         try:
             resp, content = self._post(url, json.dumps(body), timeout)
         except httpx.TimeoutException as exc:
-            raise BackendError(f"{self.model_id}: timeout after {timeout:g} s at {url} ({type(exc).__name__})",
+            raise BackendError(f"{self.model_id}: no answer within the deadline of {timeout:g} s at {url} "
+                               f"({type(exc).__name__})",
                                transient=True) from exc
         except httpx.TransportError as exc:  # connect refused, reset, truncated body (RemoteProtocolError)
             raise BackendError(f"{self.model_id}: transport error at {url}: {type(exc).__name__}: {exc}",

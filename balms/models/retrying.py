@@ -35,10 +35,9 @@ DEADLINE_BASE_S = 60.0
 DEADLINE_MIN_TOKENS_PER_S = 4.0
 
 
-def call_deadline(params: GenParams, deadline_s: float | None = None) -> float:
-    """Seconds a call may take from first byte sent to last byte read: `deadline_s`, else from max_tokens."""
-    if deadline_s is not None:
-        return float(deadline_s)
+def call_deadline(params: GenParams) -> float:
+    """Seconds a call may take from first byte sent to last byte read when no deadline is set (the runner's
+    default): from its max_tokens."""
     return DEADLINE_BASE_S + (params.max_tokens or 0) / DEADLINE_MIN_TOKENS_PER_S
 
 
@@ -64,8 +63,8 @@ class _WaitRetryAfter:
 
 
 class RetryingBackend:
-    """Wrap a backend: `retries` extra attempts for transient errors; each attempt a wall-clock deadline
-    (`timeout_s`, else `call_deadline` from the call's max_tokens; `timeout_s=0`: none)."""
+    """Wrap a backend: `retries` extra attempts for transient errors; each attempt a wall-clock deadline of
+    `timeout_s` seconds (a callable: from the call's GenParams, e.g. `call_deadline`; None: the backend's own)."""
 
     def __init__(self, backend, *, retries: int = 4, timeout_s: float | None = None,
                  initial_wait: float = 0.5, max_wait: float = 30.0, sleep=None):
@@ -93,9 +92,10 @@ class RetryingBackend:
     def _once(self, messages: Sequence[Message], params: GenParams, timeout: float | None) -> Completion:
         with self._lock:
             self.attempts += 1
-        if timeout == 0:
+        if callable(timeout):
+            timeout = timeout(params)
+        if not timeout:
             return self.backend.generate(messages, params)
-        timeout = call_deadline(params, timeout)
         if self._native:
             return self.backend.generate(messages, params, timeout_s=timeout)
         with self._lock:
