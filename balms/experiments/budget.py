@@ -130,9 +130,9 @@ class SpendingCap:
     def describe(self) -> str:
         parts = []
         if self.max_usd is not None:
-            parts.append(f"${self.spent[0]:.4f} of max_usd {self.max_usd:g}")
+            parts.append(f"${self.spent[0]:.4g} of max_usd {self.max_usd:g}")
         if self.max_gpu_hours is not None:
-            parts.append(f"{self.spent[1]:.4f} of max_gpu_hours {self.max_gpu_hours:g} GPU h")
+            parts.append(f"{self.spent[1]:.4g} of max_gpu_hours {self.max_gpu_hours:g} GPU h")
         return ", ".join(parts)
 
 
