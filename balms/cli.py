@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (command, module exposing `register(subparsers)`)
@@ -45,7 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: records are on disk (fsynced) and manifests written; skip the slow
+        # teardown of a big heap (over a second), so the shell gets its prompt back at once (issue 36)
+        print("balms: interrupted; every finished record is kept, the same command resumes", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 if __name__ == "__main__":

@@ -242,3 +242,62 @@ def test_each_model_has_its_own_summary_pool():
 
     assert summary_pool("bench/model-a") is summary_pool("bench/model-a")
     assert summary_pool("bench/model-a") is not summary_pool("bench/model-b")
+
+
+
+
+def _cache_rows(root) -> int:
+    import sqlite3
+
+    n = 0
+    for p in root.rglob("*.sqlite"):
+        with sqlite3.connect(p) as con:
+            if con.execute("SELECT 1 FROM sqlite_master WHERE name='responses'").fetchone():
+                n += con.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+    return n
+
+
+def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tmp_path, monkeypatch, real_data):
+    """Issue 36: SIGINT to `balms run` (the scheduler's path) on a slow server (1 s a call, 4 in flight): the
+    process exits within 2 s, no request leaves after the signal, every answer received before it is a record on
+    disk, and the next run makes only the calls whose answers are not in the cache."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from balms.experiments.config import load
+    from balms.runner import load_records
+
+    model, mid = "Qwen2.5-7B-Instruct", MODELS["Qwen2.5-7B-Instruct"]
+    _fresh(monkeypatch, tmp_path, "sigint")
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    with AnsweringOpenAIServer(models=[mid], strict=True, latency=1.0) as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "balms.cli", "run", "--dataset", "pmdata", "--system",
+                                 "healthllm", "--model", model, "--n", "40", "--lookback", "3", "--concurrency", "4",
+                                 "--profile", "sigint", "--set", f"-p servers [{srv.url}] -p server_slots 4"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 180
+        while len(srv.busy) < 8 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert len(srv.busy) >= 8, proc.communicate()[1][-2000:]
+        t_sig = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        took = time.monotonic() - t_sig
+        answered = sum(end < t_sig - 0.2 for _, end in srv.busy)  # answers the client had before the signal
+        late = [a for a in srv.arrivals if a > t_sig + 0.05]
+        assert took < 2.0 and proc.returncode == 130
+        assert late == []  # no request (so no sample) started after the signal
+        (path,) = (tmp_path / "sigint" / "runs").rglob("*.jsonl")
+        kept = load_records(path)
+        assert len(kept) >= answered and len(kept) < 40 and all(r.status == "ok" for r in kept)
+        cached, before = _cache_rows(tmp_path / "sigint" / "cache"), len(srv.requests)
+        assert cached >= len(kept)
+
+        srv.latency = 0.0
+        cfg = load("demo", n_samples=40, concurrency=4, server_slots=4, servers=[srv.url]).replace(profile="sigint")
+        again = run_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", model, lookback=3)], progress=False)
+        assert len(again.records[0]) == 40 and len(srv.requests) - before == 40 - cached  # only the missing calls
