@@ -98,7 +98,7 @@ def test_a_warm_cache_teaches_no_cost_and_the_cap_holds(servers, tmp_path, monke
     real = sum(len(s.requests) for s in servers) - warm
     recs = report.records[0]
     paid = [r for r in recs if not all(st.meta.get("cached") for st in r.transcript if st.kind == "completion")]
-    assert report.stopped and 1 <= real <= 5 + 1 and len(paid) == real  # (the code before issue 36: 18)
+    assert report.stopped and 1 <= real <= 5 + 1 and len(paid) == real  # (c5a6e3a: 10)
     assert len(recs) > len(paid)  # the samples answered from the cache were run (free), not refused
 
 

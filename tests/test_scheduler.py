@@ -301,3 +301,33 @@ def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tm
         cfg = load("demo", n_samples=40, concurrency=4, server_slots=4, servers=[srv.url]).replace(profile="sigint")
         again = run_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", model, lookback=3)], progress=False)
         assert len(again.records[0]) == 40 and len(srv.requests) - before == 40 - cached  # only the missing calls
+
+
+def test_the_judge_phase_keeps_its_server_at_its_concurrency_limit(tmp_path, monkeypatch):
+    """Issue 36: the judge sent one request at a time. Now `judge_grid` judges as many rationales at once as the
+    judge's servers have slots (judge_concurrency), and the judge loop keeps the server at that limit."""
+    from balms.experiments.judging import judge_concurrency
+    from balms.judges.llm_judge import judge_into
+    from balms.models.openai_http import OpenAICompatBackend
+    from balms.models.registry import resolve_spec
+    from balms.records import PredictionRecord
+
+    _fresh(monkeypatch, tmp_path, "judge")
+    from balms.experiments.config import load
+
+    judge_model = load("paper").judge_model  # the 70B judge, served over HTTP
+    mid = resolve_spec(judge_model, []).model_id
+    with AnsweringOpenAIServer(models=[mid], strict=True, latency=0.2) as srv:
+        cfg = ExperimentConfig(profile="judge", servers=[srv.url], server_slots=3)
+        assert judge_concurrency(cfg, judge_model) == 3
+        recs = [PredictionRecord(sample_id=f"globem/u1/2018-05-{i:02d}/L3", dataset="globem", user="u1",
+                                 target_date=f"2018-05-{i:02d}", lookback=3, label=0, source="real",
+                                 system="healthllm", cot=True, model="m", model_id="m", prediction=2,
+                                 rationale="Steps fell.") for i in range(1, 13)]
+        http = OpenAICompatBackend(mid, [srv.url])
+        _hold_until([srv], lambda ss: ss[0].in_flight >= 3)
+        out = judge_into(tmp_path / "v.jsonl", recs, {r.sample_id: "WINDOW" for r in recs}, http,
+                         judge_model=judge_model, key="k", concurrency=3, mode="paper")
+        assert len(out) == 12 and [v["sample_id"] for v in out] == [r.sample_id for r in recs]
+        assert srv.peak_in_flight == 3  # at its limit, never above
+        http.close()
