@@ -340,6 +340,8 @@ def drive(jobs: Iterable[tuple], write) -> None:
                 with contextlib.suppress(Exception):
                     write(res)
         raise
+    finally:  # later calls (a judge, a notebook's next cell) go on; a sample cut off here has no one to write it
+        STOP.clear()
 
 
 @dataclass

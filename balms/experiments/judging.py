@@ -40,10 +40,13 @@ def judge_concurrency(cfg: ExperimentConfig, judge_model: str) -> int:
     from types import SimpleNamespace
 
     from balms.experiments.scheduler import configure_slots, model_slots
-    from balms.models.registry import resolve_spec
+    from balms.models.registry import UnknownModelError, resolve_spec
 
     limits = configure_slots(cfg, [judge_model])
-    spec = SimpleNamespace(model=judge_model, model_id=resolve_spec(judge_model, cfg.servers).model_id)
+    try:
+        spec = SimpleNamespace(model=judge_model, model_id=resolve_spec(judge_model, cfg.servers).model_id)
+    except UnknownModelError:  # a stand-in (tests)
+        return cfg.concurrency
     cell = SimpleNamespace(spec=spec)
     return model_slots(cfg, cell, limits) or cfg.concurrency
 
