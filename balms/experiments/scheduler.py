@@ -231,6 +231,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
             except NotStarted:  # the cap refused it, or the run stopped: no record
                 return i, None
 
+        n_done = [sum(not runs[i].todo for i in todo)]
+
         def write(done) -> None:
             i, rec = done
             if rec is not None:
@@ -238,10 +240,11 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
                 bar.update(1)
             left[i] -= 1
             if not left[i]:
+                n_done[0] += 1
                 if progress:
                     r = runs[i].session
-                    bar.write(f"{tag}: cell done: {describe_cell(cells[i].spec)} ({r['n_new']} new, "
-                              f"{r['n_errors_new']} errors)", file=sys.stderr)
+                    bar.write(f"{tag}: {n_done[0]}/{len(todo)} cells done: {describe_cell(cells[i].spec)} "
+                              f"({r['n_new']} new, {r['n_errors_new']} errors)", file=sys.stderr)
                 check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))
 
         def jobs():
