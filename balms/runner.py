@@ -42,7 +42,7 @@ from balms.jsonl_store import recover_jsonl, rewrite_jsonl, scan_jsonl
 from balms.models.base import BackendError
 from balms.models.pricing import estimate_cost
 from balms.models.retrying import RetryingBackend, call_deadline, retry_layer
-from balms.models.slots import STOP, NotStarted
+from balms.models.slots import NotStarted, drive
 from balms.paths import PROJECT_ROOT
 from balms.records import PredictionRecord, sample_fields
 
@@ -284,69 +284,6 @@ def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
         if other != key:
             raise DataError(path, f"record {r.sample_id!r} was made under cell spec {other!r}, this run is "
                             f"{key!r}: the run file name and its records disagree", row=i)
-
-
-GRACE_S = 1.0  # after a stop (Ctrl-C, a failed cell), how long finished samples still get their records written
-
-
-def drive(jobs: Iterable[tuple], write) -> None:
-    """THE execution loop: each job (pool, rank, fn, *args) runs `fn(*args)` on its pool (balms.threads.Pool:
-    lowest rank first), and `write(result)` runs here, on the calling thread, as each finishes (one writer: records
-    are appended in completion order). A sample starts only while the run goes on (slots.STOP clear).
-
-    Stopping: on any exception here (Ctrl-C's KeyboardInterrupt, or one `write` raises) STOP is set, so no sample
-    starts and no model call leaves (slots.take raises NotStarted); the results that arrive within GRACE_S are
-    still written, then the exception goes on. The pools' threads are daemons: a call still in flight never holds
-    the process."""
-    import queue
-
-    STOP.clear()
-    done: queue.SimpleQueue = queue.SimpleQueue()
-
-    def run(fn, args):
-        if STOP.is_set():
-            done.put(None)
-            return
-        try:
-            done.put(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the writer's thread
-            done.put(_Failed(exc))
-
-    n = 0
-    for pool, rank, fn, *args in jobs:
-        pool.submit(rank, run, fn, args)
-        n += 1
-    try:
-        while n:
-            try:
-                res = done.get(timeout=0.25)
-            except queue.Empty:
-                continue
-            n -= 1
-            if isinstance(res, _Failed):
-                raise res.exc
-            if res is not None:
-                write(res)
-    except BaseException:
-        STOP.set()
-        end = time.monotonic() + GRACE_S
-        while n and time.monotonic() < end:
-            try:
-                res = done.get(timeout=max(0.01, end - time.monotonic()))
-            except queue.Empty:
-                break
-            n -= 1
-            if res is not None and not isinstance(res, _Failed):
-                with contextlib.suppress(Exception):
-                    write(res)
-        raise
-    finally:  # later calls (a judge, a notebook's next cell) go on; a sample cut off here has no one to write it
-        STOP.clear()
-
-
-@dataclass
-class _Failed:
-    exc: BaseException
 
 
 class CellRun:

@@ -3,7 +3,7 @@
 
 Why ranked: the scheduler submits a whole grid at once in a static order (samples with several calls first), and
 RAPTOR's day summaries queue on their model's pool in their sample's order. Why daemon threads: a run stopped by
-Ctrl-C must exit at once (balms.runner.drive), not wait for calls still in flight on a server (a
+Ctrl-C must exit at once (balms.models.slots.drive), not wait for calls still in flight on a server (a
 ThreadPoolExecutor's threads are joined at exit)."""
 
 from __future__ import annotations

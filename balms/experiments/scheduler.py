@@ -8,7 +8,7 @@ A model's pool has SAMPLES_PER_SLOT threads per slot of its servers (a sample th
 none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`: this machine is their server.
 
 Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
-`cfg.allow_errors`): no sample or call starts after it, the finished records are kept (balms.runner.drive).
+`cfg.allow_errors`): no sample or call starts after it, the finished records are kept (balms.models.slots.drive).
 Spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`): balms.experiments.budget; samples it does not allow are not
 started, the report says how far the run got. Claude's single-call cells with `cfg.anthropic_batch`: their Message
 Batches are fetched on a thread of their own, one cell after another, each cell's samples queued once its batch
@@ -155,7 +155,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     from balms.experiments.cohorts import cohort
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
-    from balms.runner import CellRun, cell_lock, drive
+    from balms.models.slots import drive
+    from balms.runner import CellRun, cell_lock
     from balms.threads import Pool
 
     cells = list(cells)

@@ -441,12 +441,12 @@ def judge_into(path, records: Iterable, tables_or_window_fn, backend: Backend, *
     """THE judge loop (notebook 07's grid and `balms judge run`): every record judged by `judge_record` into the JSONL
     `path`, one verdict per line as it is made (sample_id, judge_model, judge_key and the JudgeResult), resumable:
     a verdict stored under the same `key` is reused (backend errors are judged again unless `retry_errors` is
-    False). `concurrency` verdicts at once, through the runner's loop (balms.runner.drive: Ctrl-C stops it keeping
+    False). `concurrency` verdicts at once, through the runner's loop (balms.models.slots.drive: Ctrl-C stops it keeping
     every verdict made; the judge server's slots meter the calls). Returns the verdicts in record order."""
     from pathlib import Path
 
+    from balms.models.slots import drive
     from balms.records import PredictionRecord
-    from balms.runner import drive
     from balms.threads import Pool
 
     backend = with_retries(backend, retries=JUDGE_RETRIES)

@@ -6,7 +6,7 @@ of its calls is in flight, never while its code runs or it embeds, so other samp
 server without a limit (the default until `set_limit`) is never waited for.
 
 A 429/503/529 with `retry-after` pauses that server for everyone (`pause`): every other request would meet the
-same limit. Once `STOP` is set (balms.runner.drive: Ctrl-C, a failed cell) no call leaves: `take` raises
+same limit. Once `STOP` is set (`drive`: Ctrl-C, a failed cell) no call leaves: `take` raises
 NotStarted, so a sample stopped between two calls leaves no record and the next run redoes it from the cache.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 STOP = threading.Event()
@@ -99,6 +100,69 @@ class ServerSlots:
 
 
 SLOTS = ServerSlots()  # one per process: every backend of every cell shares the servers' limits
+
+
+GRACE_S = 1.0  # after a stop (Ctrl-C, a failed cell), how long finished samples still get their records written
+
+
+def drive(jobs, write) -> None:
+    """THE execution loop: each job (pool, rank, fn, *args) runs `fn(*args)` on its pool (balms.threads.Pool:
+    lowest rank first), and `write(result)` runs here, on the calling thread, as each finishes (one writer: records
+    are appended in completion order). A sample starts only while the run goes on (slots.STOP clear).
+
+    Stopping: on any exception here (Ctrl-C's KeyboardInterrupt, or one `write` raises) STOP is set, so no sample
+    starts and no model call leaves (slots.take raises NotStarted); the results that arrive within GRACE_S are
+    still written, then the exception goes on. The pools' threads are daemons: a call still in flight never holds
+    the process."""
+    import queue
+
+    STOP.clear()
+    done: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run(fn, args):
+        if STOP.is_set():
+            done.put(None)
+            return
+        try:
+            done.put(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the writer's thread
+            done.put(_Failed(exc))
+
+    n = 0
+    for pool, rank, fn, *args in jobs:
+        pool.submit(rank, run, fn, args)
+        n += 1
+    try:
+        while n:
+            try:
+                res = done.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            n -= 1
+            if isinstance(res, _Failed):
+                raise res.exc
+            if res is not None:
+                write(res)
+    except BaseException:
+        STOP.set()
+        end = time.monotonic() + GRACE_S
+        while n and time.monotonic() < end:
+            try:
+                res = done.get(timeout=max(0.01, end - time.monotonic()))
+            except queue.Empty:
+                break
+            n -= 1
+            if res is not None and not isinstance(res, _Failed):
+                with contextlib.suppress(Exception):
+                    write(res)
+        raise
+    finally:  # later calls (a judge, a notebook's next cell) go on; a sample cut off here has no one to write it
+        STOP.clear()
+
+
+@dataclass
+class _Failed:
+    exc: BaseException
 
 
 # No-ops kept for the callers inside the cells' code key (balms.agents.raptor, balms.models.cache), which an edit
