@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # (command, module exposing `register(subparsers)`)
@@ -77,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, DamagedStoreError) as exc:  # damaged input or store: the message names it, no traceback
         print(f"balms {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: records are on disk (fsynced) and manifests written; skip the slow
+        # teardown of a big heap (over a second), so the shell gets its prompt back at once (issue 36)
+        print("balms: interrupted; every finished record is kept, the same command resumes", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 if __name__ == "__main__":

@@ -84,8 +84,16 @@ def _run(args) -> int:
     if args.notebooks:
         return _notebooks(args)
     args.profile = args.profile or "cli"
+    try:  # -p overrides (a spending cap, a call deadline...) hold here too; an unknown name is refused
+        from balms.experiments.config import parse_cli_overrides
+
+        given = parse_cli_overrides(args.set)
+        if args.spec:
+            cfg = ex.load(args.config, **({"cache_mode": args.cache_mode, "concurrency": args.concurrency,
+                                           "raw_root": args.raw} | given))
+    except ex.ConfigError as exc:
+        raise SystemExit(f"balms run: {exc}") from None
     if args.spec:
-        cfg = ex.load(args.config, cache_mode=args.cache_mode, concurrency=args.concurrency, raw_root=args.raw)
         cell = ex.Cell.from_spec(_spec_of(args.spec), cfg.replace(profile=args.profile))
         recs = ex.run_cell_spec(cfg.replace(profile=args.profile), cell)
         return _print(recs, args)
@@ -93,8 +101,9 @@ def _run(args) -> int:
     if missing:
         raise SystemExit(f"balms run: {', '.join(missing)} required (or --spec MANIFEST)")
     try:
-        cfg = ex.load(args.config, n_samples=args.n, seed=args.seed, cache_mode=args.cache_mode,
-                      concurrency=args.concurrency, raw_root=args.raw, phia_max_iters=args.max_iters)
+        cfg = ex.load(args.config, **({"n_samples": args.n, "seed": args.seed, "cache_mode": args.cache_mode,
+                                       "concurrency": args.concurrency, "raw_root": args.raw,
+                                       "phia_max_iters": args.max_iters} | given))
     except ex.ConfigError as exc:
         raise SystemExit(f"balms run: {exc}") from None
     cfg = cfg.replace(profile=args.profile)
@@ -140,7 +149,8 @@ def register(sub) -> None:
                    "--notebooks the --config profile's own, where its notebooks read them)")
     p.add_argument("--notebooks", default=None, help="comma-separated notebooks (01_prediction,02_cot): all their "
                    "cells at once, every server busy (balms.experiments.scheduler)")
-    p.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P), with --notebooks")
+    p.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): max_usd, "
+                   "max_gpu_hours, call_deadline_s, ...; an unknown name is refused")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--cache-mode", default=None, choices=["rw", "replay", "off"])
     p.add_argument("--concurrency", type=_at_least(1), default=None)

@@ -32,7 +32,6 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -42,7 +41,8 @@ from balms.data.schema import DataError
 from balms.jsonl_store import recover_jsonl, rewrite_jsonl, scan_jsonl
 from balms.models.base import BackendError
 from balms.models.pricing import estimate_cost
-from balms.models.retrying import RetryingBackend, retry_layer
+from balms.models.retrying import RetryingBackend, call_deadline, retry_layer
+from balms.models.slots import NotStarted, drive
 from balms.paths import PROJECT_ROOT
 from balms.records import PredictionRecord, sample_fields
 
@@ -243,11 +243,6 @@ def _error_record(agent, backend, sample, message: str) -> PredictionRecord:
     )
 
 
-class NotStarted(BaseException):
-    """Raised by an agent (or a wrapper: the spending cap, balms.experiments.budget) in place of a sample that must
-    leave no record: it stays to do, and a later run does it. A BaseException so no `except Exception` eats it."""
-
-
 def _predict(agent, backend, sample, tables) -> PredictionRecord | None:
     t0 = time.perf_counter()
     try:
@@ -279,22 +274,6 @@ def _stats(backend) -> dict:
     return dict(fn()) if callable(fn) else {}
 
 
-def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
-                timeout_s: float | None = 600.0, retries: int = 4, progress: bool = True,
-                manifest_extra: dict | None = None, retry_errors: bool = True, spec=None,
-                executor: ThreadPoolExecutor | None = None) -> RunResult:
-    """Run `agent.predict(sample, tables, backend)` for every sample without a result in `out_path`; see module doc.
-
-    `retry_errors`: records with status "error" are not results and are run again (False: kept as they are).
-    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written. `executor`: run the
-    samples on this pool (the scheduler's, shared by every cell) instead of one of `concurrency` threads."""
-    out_path = Path(out_path)
-    with cell_lock(out_path, progress=progress):
-        return _run_locked(agent, backend, samples, tables, out_path, concurrency=concurrency, timeout_s=timeout_s,
-                           retries=retries, progress=progress, manifest_extra=manifest_extra,
-                           retry_errors=retry_errors, spec=spec, executor=executor)
-
-
 def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
     """Records made under another cell spec must never be mixed into this one."""
     if spec is None:
@@ -307,139 +286,140 @@ def _check_spec(path: Path, records: Sequence[PredictionRecord], spec) -> None:
                             f"{key!r}: the run file name and its records disagree", row=i)
 
 
-def _run_locked(agent, backend, samples, tables, out_path: Path, *, concurrency, timeout_s, retries, progress,
-                manifest_extra, retry_errors, spec, executor=None) -> RunResult:
-    from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
+class CellRun:
+    """One run file's session: what is still to do, the manifest, the appender; `write` each finished record,
+    `close` at the end (the manifest says how far it got). The caller holds `cell_lock(out_path)`."""
 
-    mpath = manifest_path_for(out_path)
-    samples = list(samples)
-    ids = [s.sample_id for s in samples]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
-        raise ValueError(f"duplicate sample ids in the run: {dup}")
-    wanted = set(ids)
-
-    existing = _recover(out_path)
-    _check_spec(out_path, existing, spec)
-    n_retried = 0
-    if retry_errors and any(r.status == "error" and r.key() in wanted for r in existing):
-        kept = [r for r in existing if not (r.status == "error" and r.key() in wanted)]
-        n_retried = len(existing) - len(kept)
-        existing = kept
-        _rewrite(out_path, existing)
-    done = {r.key() for r in existing}
-    todo = [s for s in samples if s.sample_id not in done]
-    n_before = len(samples) - len(todo)
-
-    old = {}
-    if mpath.exists():
-        try:
-            old = json.loads(mpath.read_text(encoding="utf-8"))
-        except ValueError:
-            old = {}
-    started = _now()
-    stats0 = _stats(backend)
-    inner = retry_layer(backend)  # if the backend retries itself, don't multiply the attempts
-    inner0 = (inner.attempts, inner.retried) if inner else (0, 0)
-    wrapped = RetryingBackend(backend, retries=0 if inner else retries, timeout_s=timeout_s)
-    session: dict[str, Any] = {"started_at": started, "n_todo": len(todo), "n_errors_retried": n_retried,
-                               "n_new": 0, "n_errors_new": 0}
-    base = type(inspect.unwrap(agent))  # the agent's own class, not the scheduler's gate around it
-    manifest: dict[str, Any] = {
-        "run_file": str(out_path),
-        "status": "running",
-        "cell": None if spec is None else spec.model_dump(mode="json") | {"key": spec.key()},
-        "agent": {"name": getattr(agent, "name", type(agent).__name__), "cot": getattr(agent, "cot", None),
-                  "class": f"{base.__module__}.{base.__qualname__}",
-                  "options": _agent_options(agent)},
-        "model": {"name": getattr(backend, "name", None), "model_id": backend.model_id,
-                  "backend": type(getattr(backend, "backend", backend)).__name__,
-                  "cache_mode": getattr(backend, "mode", None)},
-        "parameters": {"concurrency": concurrency, "timeout_s": timeout_s, "retries": retries,
-                       "n_samples": len(samples), **(manifest_extra or {})},
-        "data": _data_sources(samples, tables),
-        "git": _git(),
-        "packages": _versions(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "llama_cpp_build": _llama_cpp_build(),
-        "started_at": old.get("started_at", started),
-        "sessions": list(old.get("sessions", [])) + [session],
-    }
-    _write_json_atomic(mpath, manifest)
-
-    cell = None if spec is None else spec.compact()
-    appender = _Appender(out_path)
-    t0 = time.perf_counter()
-    # off a terminal (a notebook run by papermill) every refresh becomes a line: refresh at most every 10 s
-    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-    bar = tqdm(total=len(samples), initial=n_before, unit="sample", disable=not progress, smoothing=0.05,
-               desc=f"{manifest['agent']['name']}/{manifest['model']['name']}", dynamic_ncols=True,
-               file=sys.stderr, mininterval=0.1 if tty else 10.0)
-    status = "incomplete"
-    try:
-        own = executor is None
-        pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="balms-run") if own else executor
-        with pool if own else contextlib.nullcontext():
-            # at most `concurrency` samples in the pool at once, also in a shared one (the scheduler's): a cell
-            # never holds more of its threads, so no cell's samples queue behind another cell's
-            queue = iter(enumerate(todo))
-            futures, order, pending = [], {}, set()
-
-            def submit_next() -> None:
-                for i, s in queue:
-                    f = pool.submit(_predict, agent, wrapped, s, tables)
-                    futures.append(f)
-                    order[f] = i
-                    pending.add(f)
-                    return
-
-            for _ in range(max(1, concurrency)):
-                submit_next()
+    def __init__(self, agent, backend, samples: Sequence, tables, out_path: Path, *, concurrency: int = 1,
+                 timeout_s: float | None = None, retries: int = 4, manifest_extra: dict | None = None,
+                 retry_errors: bool = True, spec=None):
+        self.agent, self.backend, self.tables, self.out_path = agent, backend, tables, Path(out_path)
+        self.samples = list(samples)
+        ids = [s.sample_id for s in self.samples]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
+            raise ValueError(f"duplicate sample ids in the run: {dup}")
+        self.wanted = set(ids)
+        self.mpath = manifest_path_for(self.out_path)
+        existing = _recover(self.out_path)
+        _check_spec(self.out_path, existing, spec)
+        n_retried = 0
+        if retry_errors and any(r.status == "error" and r.key() in self.wanted for r in existing):
+            kept = [r for r in existing if not (r.status == "error" and r.key() in self.wanted)]
+            n_retried = len(existing) - len(kept)
+            existing = kept
+            _rewrite(self.out_path, existing)
+        self.done = {r.key() for r in existing}
+        self.todo = [s for s in self.samples if s.sample_id not in self.done]
+        self.n_before = len(self.samples) - len(self.todo)
+        old = {}
+        if self.mpath.exists():
             try:
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for _ in finished:
-                        submit_next()
-                    recs = [f.result() for f in sorted(finished, key=order.__getitem__)]
-                    recs = [r for r in recs if r is not None]  # NotStarted: no record, still to do
-                    for r in recs:
-                        r.cell = cell
-                    appender.write(recs)
-                    session["n_new"] += len(recs)
-                    n_err = sum(r.status == "error" for r in recs)
-                    if n_err:
-                        session["n_errors_new"] += n_err
-                        bar.set_postfix(errors=session["n_errors_new"], refresh=False)
-                    bar.update(len(recs))
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
-        status = "complete"
-    finally:
-        bar.close()
-        appender.close()
-        wrapped.close()
-        wall = time.perf_counter() - t0
-        stats1 = _stats(backend)
-        session.update({
+                old = json.loads(self.mpath.read_text(encoding="utf-8"))
+            except ValueError:
+                old = {}
+        self._stats0 = _stats(backend)
+        self._inner = retry_layer(backend)  # if the backend retries itself, don't multiply the attempts
+        self._inner0 = (self._inner.attempts, self._inner.retried) if self._inner else (0, 0)
+        self.wrapped = RetryingBackend(backend, retries=0 if self._inner else retries,
+                                       timeout_s=call_deadline if timeout_s is None else timeout_s)
+        self.session: dict[str, Any] = {"started_at": _now(), "n_todo": len(self.todo), "n_errors_retried": n_retried,
+                                        "n_new": 0, "n_errors_new": 0}
+        base = type(inspect.unwrap(agent))
+        self.manifest: dict[str, Any] = {
+            "run_file": str(self.out_path),
+            "status": "running",
+            "cell": None if spec is None else spec.model_dump(mode="json") | {"key": spec.key()},
+            "agent": {"name": getattr(agent, "name", type(agent).__name__), "cot": getattr(agent, "cot", None),
+                      "class": f"{base.__module__}.{base.__qualname__}", "options": _agent_options(agent)},
+            "model": {"name": getattr(backend, "name", None), "model_id": backend.model_id,
+                      "backend": type(getattr(backend, "backend", backend)).__name__,
+                      "cache_mode": getattr(backend, "mode", None)},
+            "parameters": {"concurrency": concurrency, "timeout_s": timeout_s, "retries": retries,
+                           "n_samples": len(self.samples), **(manifest_extra or {})},
+            "data": _data_sources(self.samples, tables),
+            "git": _git(),
+            "packages": _versions(),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "llama_cpp_build": _llama_cpp_build(),
+            "started_at": old.get("started_at", self.session["started_at"]),
+            "sessions": list(old.get("sessions", [])) + [self.session],
+        }
+        _write_json_atomic(self.mpath, self.manifest)
+        self.cell = None if spec is None else spec.compact()
+        self._appender = _Appender(self.out_path)
+        self._t0 = time.perf_counter()
+
+    def predict(self, sample) -> PredictionRecord | None:
+        """One sample through the agent (None: it must leave no record)."""
+        return _predict(self.agent, self.wrapped, sample, self.tables)
+
+    def write(self, rec: PredictionRecord) -> None:
+        rec.cell = self.cell
+        self._appender.write([rec])
+        self.session["n_new"] += 1
+        self.session["n_errors_new"] += rec.status == "error"
+
+    def close(self, status: str) -> RunResult:
+        self._appender.close()
+        self.wrapped.close()
+        wall = time.perf_counter() - self._t0
+        stats1, inner, s = _stats(self.backend), self._inner, self.session
+        s.update({
             "ended_at": _now(), "wall_s": round(wall, 3), "status": status,
-            "model_attempts": (inner.attempts - inner0[0]) if inner else wrapped.attempts,
-            "retries": wrapped.retried + ((inner.retried - inner0[1]) if inner else 0),
-            **{f"cache_{k}": stats1.get(k, 0) - stats0.get(k, 0) for k in ("hits", "misses") if k in stats1},
+            "model_attempts": (inner.attempts - self._inner0[0]) if inner else self.wrapped.attempts,
+            "retries": self.wrapped.retried + ((inner.retried - self._inner0[1]) if inner else 0),
+            **{f"cache_{k}": stats1.get(k, 0) - self._stats0.get(k, 0) for k in ("hits", "misses") if k in stats1},
         })
-        records = [r for r in _scan(out_path)[0] if r.key() in wanted]
+        records = [r for r in _scan(self.out_path)[0] if r.key() in self.wanted]
         usage = _usage(records)
-        usage["wall_s"] = round(sum(s.get("wall_s", 0) for s in manifest["sessions"]), 3)
-        manifest.update({
-            "status": status if len(records) == len(samples) else "incomplete",
-            "ended_at": session["ended_at"],
-            "model_ids": sorted({r.model_id for r in records}),
-            "usage": usage,
-            "counts": {"n_samples": len(samples), "n_records": len(records),
-                       "n_other_records_in_file": len(done - wanted)},
+        usage["wall_s"] = round(sum(x.get("wall_s", 0) for x in self.manifest["sessions"]), 3)
+        self.manifest.update({
+            "status": status if len(records) == len(self.samples) else "incomplete",
+            "ended_at": s["ended_at"], "model_ids": sorted({r.model_id for r in records}), "usage": usage,
+            "counts": {"n_samples": len(self.samples), "n_records": len(records),
+                       "n_other_records_in_file": len(self.done - self.wanted)},
         })
-        _write_json_atomic(mpath, manifest)
-    return RunResult(out_path, mpath, len(samples), n_before, session["n_new"], usage["n_errors"],
-                     wall, usage, session)
+        _write_json_atomic(self.mpath, self.manifest)
+        return RunResult(self.out_path, self.mpath, len(self.samples), self.n_before, s["n_new"], usage["n_errors"],
+                         wall, usage, s)
+
+
+def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
+                timeout_s: float | None = None, retries: int = 4, progress: bool = True,
+                manifest_extra: dict | None = None, retry_errors: bool = True, spec=None) -> RunResult:
+    """Run `agent.predict(sample, tables, backend)` for every sample without a result in `out_path`; see module doc.
+
+    `retry_errors`: records with status "error" are not results and are run again (False: kept as they are).
+    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written. `timeout_s`: each
+    model call's wall-clock deadline (None: from its max_tokens, balms.models.retrying.call_deadline)."""
+    from tqdm.std import tqdm
+
+    from balms.threads import Pool
+
+    out_path = Path(out_path)
+    with cell_lock(out_path, progress=progress):
+        run = CellRun(agent, backend, samples, tables, out_path, concurrency=concurrency, timeout_s=timeout_s,
+                      retries=retries, manifest_extra=manifest_extra, retry_errors=retry_errors, spec=spec)
+        tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        bar = tqdm(total=len(run.samples), initial=run.n_before, unit="sample", disable=not progress,
+                   desc=f"{run.manifest['agent']['name']}/{run.manifest['model']['name']}", dynamic_ncols=True,
+                   file=sys.stderr, mininterval=0.1 if tty else 10.0, smoothing=0.05)
+
+        def write(rec):
+            run.write(rec)
+            bar.update(1)
+
+        status = "incomplete"
+        try:
+            pool = Pool(max(1, min(concurrency, len(run.todo))), "balms-run")
+            try:
+                drive(((pool, k, run.predict, s) for k, s in enumerate(run.todo)), write)
+            finally:
+                pool.close()
+            status = "complete"
+        finally:
+            bar.close()
+            result = run.close(status)
+    return result

@@ -1,10 +1,11 @@
 """Loopback fakes for tests and benchmarks: an OpenAI-compatible chat server and an Anthropic Messages API
 server (stdlib ThreadingHTTPServer, port 0), each able to inject faults, plus an in-process fake backend.
 
-Faults are consumed one per request, in order: "429", "500", "503", "529", "timeout" (sleep longer than the
-client timeout), "truncated" (Content-Length larger than the body), "malformed" (not JSON),
-"missing_choices" (JSON without the expected fields), "ok" (a normal answer). After the queue is empty every
-request succeeds.
+Faults are consumed one per request, in order: "429", "500", "503", "529", "timeout" (sleep `timeout_sleep`
+before answering: a hung server), "drip" (the answer one byte every `drip_s` seconds), "truncated"
+(Content-Length larger than the body), "malformed" (an HTML page, not JSON), "missing_choices" (JSON without the
+expected fields), "no_score" (a well-formed answer without an "Answer: k"), "ok" (a normal answer). After the
+queue is empty every request succeeds.
 
 Run standalone (for benchmarks, in its own process so its CPU does not share the client's GIL):
     python tests/fake_servers.py openai --latency 0.2 [--asyncio]    # prints the port on stdout
@@ -51,13 +52,15 @@ class FakeServerBase:
     kind = "base"
 
     def __init__(self, *, latency: float = 0.0, faults=(), timeout_sleep: float = 3.0, retry_after: str | None = "0",
-                 models=("fake-model",), strict: bool = False, models_delay: float = 0.0):
+                 models=("fake-model",), strict: bool = False, models_delay: float = 0.0, drip_s: float = 1.0):
         self.models = list(models)  # what GET /v1/models lists
         self.models_delay = models_delay  # seconds before GET /v1/models answers (a busy server)
         self.strict = strict  # strict: a request for a model not in `models` gets vLLM's 404
         self.latency = latency
         self.faults: deque[str] = deque(faults)
         self.timeout_sleep = timeout_sleep
+        self.drip_s = drip_s
+        self.arrivals: list[float] = []  # time.monotonic() of each POST's arrival
         self.retry_after = retry_after
         self.requests: list[dict] = []
         self.in_flight = 0  # POSTs being answered now, the most seen at once, and (start, end) of each
@@ -133,6 +136,7 @@ class FakeServerBase:
             def do_POST(self):
                 t0 = time.monotonic()
                 with server.lock:
+                    server.arrivals.append(t0)
                     server.in_flight += 1
                     server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
                 try:
@@ -168,7 +172,20 @@ class FakeServerBase:
                     return
                 if fault == "timeout":
                     time.sleep(server.timeout_sleep)
-                body = json.dumps(server.respond(payload)).encode()
+                answer = server.respond(payload)
+                if fault == "no_score" and "choices" in answer:
+                    answer["choices"][0]["message"]["content"] = "Stress depends on many things."
+                body = json.dumps(answer).encode()
+                if fault == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for b in body:
+                        self.wfile.write(bytes([b]))
+                        self.wfile.flush()
+                        time.sleep(server.drip_s)
+                    return
                 if fault == "truncated":
                     self._send(200, body[: len(body) // 2], length=len(body))
                     self.close_connection = True

@@ -77,3 +77,45 @@ def test_cached_calls_are_not_spent():
     claude = rec.model_copy(update={"model": "Claude-Haiku-4.5", "model_id": "claude-haiku-4-5"})
     usd, gpu = spend_of(claude)
     assert usd > 0 and gpu == 0.0
+
+
+def test_a_warm_cache_teaches_no_cost_and_the_cap_holds(servers, tmp_path, monkeypatch, real_data):
+    """Issue 36's case: the cache holds the first samples' answers (an earlier run, then `make clean-runs`), so
+    the first samples cost nothing. They must not teach the cap a cost of zero: with a cap that allows 5 real
+    calls, 24 samples at 8 in flight make at most 5 real calls plus one per server (one sample's cost each)."""
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    model = "Qwen2.5-7B-Instruct"
+    cfg = _cfg(servers, server_slots=8).replace(n_samples=24, concurrency=8)
+    samples = make_cell(cfg, "pmdata", "healthllm", model).samples
+    assert len(samples) == 24
+    run_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", model, samples=samples[:6])], progress=False)
+    warm = sum(len(s.requests) for s in servers)
+    assert warm == 6
+    capped = cfg.replace(max_gpu_hours=5.5 * PER_SAMPLE_H)  # a fresh run file (other samples): as after clean-runs
+    report = run_cells(capped, [make_cell(capped, "pmdata", "healthllm", model, samples=samples)], progress=False)
+    real = sum(len(s.requests) for s in servers) - warm
+    recs = report.records[0]
+    paid = [r for r in recs if not all(st.meta.get("cached") for st in r.transcript if st.kind == "completion")]
+    assert report.stopped and 1 <= real <= 5 + 1 and len(paid) == real  # (c5a6e3a: 10)
+    assert len(recs) > len(paid)  # the samples answered from the cache were run (free), not refused
+
+
+def test_single_cell_run_applies_the_cap_and_refuses_an_unknown_set_key(servers, tmp_path, monkeypatch, real_data,
+                                                                      capsys):
+    """`balms run --set '-p max_gpu_hours X'` holds the cap on a single cell; `--set '-p max_usdd 1'` is refused."""
+    from balms.cli import main
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    args = ["run", "--dataset", "pmdata", "--system", "healthllm", "--model", "Qwen2.5-7B-Instruct", "--n", "6",
+            "--lookback", "3", "--concurrency", "4", "--config", "demo"]
+    url = servers[0].url
+    with pytest.raises(SystemExit, match="max_usdd"):
+        main(args + ["--set", f"-p servers [{url}] -p max_usdd 1"])
+    assert not servers[0].requests
+    with pytest.raises(SpendingCapReached, match="2 of 6 samples done"):
+        main(args + ["--set", f"-p servers [{url}] -p max_gpu_hours {2.5 * PER_SAMPLE_H!r}"])
+    assert len(servers[0].requests) == 2

@@ -45,7 +45,7 @@ def test_transient_faults_are_retried_to_success(fault):
         ("500", r"HTTP 500 from .*injected 500"),
         ("truncated", r"transport error at .*RemoteProtocolError"),
         ("malformed", r"malformed response body from .*not JSON.*502 Bad Gateway"),
-        ("timeout", r"timeout after 0\.3 s at http://127\.0\.0\.1"),
+        ("timeout", r"deadline of 0\.3 s at http://127\.0\.0\.1"),
     ],
 )
 def test_clear_errors_when_retries_exhausted(fault, pattern):

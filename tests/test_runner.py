@@ -124,7 +124,7 @@ def test_per_request_timeout(tmp_path):
     run_samples(TinyAgent(), backend, make_samples(1), None, tmp_path / "r.jsonl", progress=False, retries=1,
                 timeout_s=0.1)
     (rec,) = load_records(tmp_path / "r.jsonl")
-    assert "no response within 0.1 s" in rec.error and backend.calls == 2
+    assert "no response within the deadline of 0.1 s" in rec.error and backend.calls == 2
 
 
 def test_resume_skips_done_and_truncates_torn_line(tmp_path):
@@ -260,3 +260,77 @@ def test_remote_backend_from_registry_retries_once_not_twice(tmp_path, isolated_
         failed = next(r for r in recs if r.error)
         assert "HTTP 500" in failed.error and "gave up after 3 attempts" in failed.error
         assert len(srv.requests) == 6 and res.session["model_attempts"] == 6 and res.session["retries"] == 4
+
+
+# fault -> attempts it takes (a permanent error is not retried) and what the failed sample's error says
+FAULTS = {"500": (2, "HTTP 500"), "timeout": (2, "deadline of 1 s"), "drip": (2, "deadline of 1 s"),
+          "malformed": (2, "not JSON"), "truncated": (2, "transport error"), "missing_choices": (1, "lacks choices")}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_server_fault_is_an_error_record_never_a_stored_answer_and_the_run_goes_on(tmp_path, fault):
+    """Each fault of the stand-in (500s, a hung server, a drip of one byte at a time, an HTML page, a truncated
+    body, JSON without choices) on the first sample's every attempt: that sample is an error record, nothing of it
+    enters the response cache, the second sample is answered, and the next run calls the failed sample again."""
+    from balms.models.openai_http import OpenAICompatBackend
+    from fake_servers import AnsweringOpenAIServer
+
+    attempts, says = FAULTS[fault]
+    with AnsweringOpenAIServer(faults=[fault] * attempts, timeout_sleep=3.0, drip_s=0.2) as srv:
+        http = OpenAICompatBackend("fake-model", [srv.url])
+        cache = ResponseCache(tmp_path / "c.sqlite")
+        t0 = time.monotonic()
+        run_samples(TinyAgent(), CachedBackend(http, cache), make_samples(2), None, tmp_path / "r.jsonl",
+                    progress=False, timeout_s=1.0, retries=1)
+        wall = time.monotonic() - t0
+        first, second = load_records(tmp_path / "r.jsonl")  # concurrency 1: in sample order
+        assert first.status == "error" and says in first.error and not first.raw_answer and first.prediction is None
+        assert second.status == "ok" and second.prediction is not None
+        assert len(srv.requests) == attempts + 1
+        assert wall < attempts * (1.0 + 0.5) + 2.0  # each attempt within its deadline (+ backoff, + sample 2)
+        with sqlite3.connect(tmp_path / "c.sqlite") as con:
+            assert con.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 1  # only the answer
+        run_samples(TinyAgent(), CachedBackend(http, cache), make_samples(2), None, tmp_path / "r.jsonl",
+                    progress=False, timeout_s=1.0, retries=1)
+        assert [r.status for r in load_records(tmp_path / "r.jsonl")] == ["ok", "ok"]
+        assert len(srv.requests) == attempts + 2  # the failed sample called again, the answered one from the cache
+        http.close()
+
+
+def test_an_answer_without_a_score_is_a_parse_failure_and_the_run_goes_on(tmp_path):
+    from balms.models.openai_http import OpenAICompatBackend
+    from fake_servers import AnsweringOpenAIServer
+
+    with AnsweringOpenAIServer(faults=["no_score"]) as srv:
+        http = OpenAICompatBackend("fake-model", [srv.url])
+        run_samples(TinyAgent(), http, make_samples(2), None, tmp_path / "r.jsonl", progress=False)
+        first, second = load_records(tmp_path / "r.jsonl")
+        assert first.status == "parse_failure" and first.prediction is None and first.error is None
+        assert second.status == "ok" and second.prediction is not None and len(srv.requests) == 2
+        http.close()
+
+
+def test_a_server_dripping_one_byte_a_second_meets_the_wall_clock_deadline(tmp_path):
+    """httpx's read timeout is per read: a byte a second never trips it. The deadline is wall-clock: with a 2 s
+    deadline and one retry the sample is an error record within 2 x (2 s + 1 byte) + the backoff."""
+    from balms.models.openai_http import OpenAICompatBackend
+    from fake_servers import AnsweringOpenAIServer
+
+    with AnsweringOpenAIServer(faults=["drip", "drip"], drip_s=1.0) as srv:
+        http = OpenAICompatBackend("fake-model", [srv.url], timeout_s=600)
+        t0 = time.monotonic()
+        run_samples(TinyAgent(), http, make_samples(1), None, tmp_path / "r.jsonl", progress=False,
+                    timeout_s=2.0, retries=1)
+        wall = time.monotonic() - t0
+        (rec,) = load_records(tmp_path / "r.jsonl")
+        assert rec.status == "error" and "deadline of 2 s" in rec.error and len(srv.requests) == 2
+        assert 4.0 <= wall < 2 * (2.0 + 1.0) + 0.5 + 1.0
+        http.close()
+
+
+def test_the_default_deadline_grows_with_the_output_budget():
+    from balms.models.base import GenParams
+    from balms.models.retrying import DEADLINE_BASE_S, call_deadline
+
+    short, long = call_deadline(GenParams(max_tokens=16)), call_deadline(GenParams(max_tokens=8192))
+    assert DEADLINE_BASE_S < short < long

@@ -6,8 +6,10 @@ to stop before the bill passes a number, keep everything, and carry on when the 
 How: a sample starts only if what is spent (measured: the model calls actually made, never those answered from
 a cache; records already on disk included) plus what the samples in flight are expected to cost plus its own
 expected cost stays within the cap. The expected cost of a sample is the mean measured for its (system, model)
-so far (records on disk included); the first sample of each kind runs alone to learn it, and no other sample
-starts while a cost is being learnt (so only those first samples, one of each kind, can pass the cap). A sample
+over the samples that made calls (records on disk included): a sample answered from the cache costs nothing and
+teaches nothing, else a warm cache taught a cost of zero and let every later sample through (issue 36: 19 real
+calls against a cap that allowed about 5). While a kind's cost is unknown one sample of it runs to learn it and
+no sample of a known cost starts (it waits), so the cap holds within one sample's cost per kind. A sample
 refused by the cap writes nothing (runner.NotStarted): its cell stays resumable, and the same command with a
 higher cap continues from there. GPU hours are counted from tokens as `balms plan` counts them (THROUGHPUT).
 """
@@ -15,10 +17,9 @@ higher cap continues from there. GPU hours are counted from tokens as `balms pla
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 
+from balms.models.slots import NotStarted
 from balms.records import PredictionRecord
-from balms.runner import NotStarted
 
 
 class CapReached(NotStarted):
@@ -54,17 +55,16 @@ def spend_of(rec: PredictionRecord, throughput: dict | None = None) -> tuple[flo
     return 0.0, 0.0  # embedded CPU models: free
 
 
-@dataclass
 class SpendingCap:
-    max_usd: float | None = None
-    max_gpu_hours: float | None = None
-    throughput: dict | None = None
-    spent: list[float] = field(default_factory=lambda: [0.0, 0.0])  # usd, gpu hours (measured)
-    reserved: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    n_refused: int = 0
-    _seen: dict = field(default_factory=dict)  # kind -> [n, usd, gpu_h] measured
-    _learning: set = field(default_factory=set)  # kinds with their first sample in flight
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, max_usd: float | None = None, max_gpu_hours: float | None = None,
+                 throughput: dict | None = None):
+        self.max_usd, self.max_gpu_hours, self.throughput = max_usd, max_gpu_hours, throughput
+        self.spent = [0.0, 0.0]  # usd, gpu hours (measured)
+        self.reserved = [0.0, 0.0]  # expected cost of the samples in flight
+        self.n_refused = 0
+        self._seen: dict = {}  # kind -> [n, usd, gpu_h] over samples that made calls (a cache hit teaches nothing)
+        self._learning: set = set()  # kinds whose cost is unknown with one sample in flight to learn it
+        self._cond = threading.Condition()
 
     @classmethod
     def from_cfg(cls, cfg) -> SpendingCap | None:
@@ -77,80 +77,61 @@ class SpendingCap:
         return all(cap is None or self.spent[i] + self.reserved[i] + est[i] <= cap + 1e-12
                    for i, cap in enumerate(caps))
 
+    def _count(self, kind, usd: float, gpu: float) -> None:
+        self.spent[0] += usd
+        self.spent[1] += gpu
+        if usd or gpu:  # only a sample that made calls teaches its kind's cost
+            seen = self._seen.setdefault(kind, [0, 0.0, 0.0])
+            seen[0] += 1
+            seen[1] += usd
+            seen[2] += gpu
+
     def already(self, records) -> None:
         """Count what records already on disk cost (an earlier session under a lower cap)."""
         for r in records:
-            u, g = spend_of(r, self.throughput)
-            self.spent[0] += u
-            self.spent[1] += g
-            if u or g:  # a record made by calls teaches its kind's cost (one from the cache teaches nothing)
-                seen = self._seen.setdefault((r.system, r.model), [0, 0.0, 0.0])
-                seen[0] += 1
-                seen[1] += u
-                seen[2] += g
-
-    def admit(self, kind) -> tuple[float, float] | None:
-        """The reservation for a new sample of `kind`, or None when the cap does not allow it (or the kind is
-        still learning its cost with another sample)."""
-        with self._lock:
-            seen = self._seen.get(kind)
-            if seen is None:
-                if kind in self._learning or not self._fits((0.0, 0.0)):
-                    return None
-                self._learning.add(kind)
-                return (0.0, 0.0)
-            est = (seen[1] / seen[0], seen[2] / seen[0])
-            if self._learning or not self._fits(est):  # an unknown cost in flight: wait for it to be known
-                return None
-            self.reserved[0] += est[0]
-            self.reserved[1] += est[1]
-            return est
-
-    def settle(self, kind, reservation: tuple[float, float], rec: PredictionRecord | None) -> None:
-        usd, gpu = spend_of(rec, self.throughput) if rec is not None else (0.0, 0.0)
-        with self._lock:
-            self.reserved[0] -= reservation[0]
-            self.reserved[1] -= reservation[1]
-            self.spent[0] += usd
-            self.spent[1] += gpu
-            self._learning.discard(kind)
-            if rec is not None:
-                s = self._seen.setdefault(kind, [0, 0.0, 0.0])
-                s[0] += 1
-                s[1] += usd
-                s[2] += gpu
+            self._count((r.system, r.model), *spend_of(r, self.throughput))
 
     def spend(self, kind, predict):
-        """Run `predict()` (one sample of `kind`) if the cap allows it, else raise CapReached; settle its cost."""
-        import time
+        """Run `predict()` (one sample of `kind`) if the cap allows it, else raise CapReached; settle its cost.
+        While a cost is being learnt (one sample per unknown kind) the other samples wait for it."""
+        from balms.models.slots import STOP
 
-        from balms.models.slots import waiting
-
-        while True:
-            res = self.admit(kind)
-            if res is not None:
-                break
-            with self._lock:
-                learning = bool(self._learning)
-                if not learning:
+        with self._cond:
+            while True:
+                if STOP.is_set():
+                    raise NotStarted("the run stopped")
+                seen = self._seen.get(kind)
+                est = (0.0, 0.0) if seen is None else (seen[1] / seen[0], seen[2] / seen[0])
+                if (kind in self._learning) if seen is None else bool(self._learning):  # a cost being learnt
+                    self._cond.wait(timeout=0.2)
+                    continue
+                if not self._fits(est):
                     self.n_refused += 1
-            if not learning:
-                raise CapReached(self.describe())
-            waiting()  # it holds no turn at the CPU while it waits (balms.models.slots.Turns)
-            time.sleep(0.05)  # the kind's first sample is still teaching us its cost
+                    raise CapReached(self.describe())
+                if seen is None:
+                    self._learning.add(kind)
+                self.reserved[0] += est[0]
+                self.reserved[1] += est[1]
+                break
         rec = None
         try:
             rec = predict()
             return rec
         finally:
-            self.settle(kind, res, rec if isinstance(rec, PredictionRecord) else None)
+            usd, gpu = spend_of(rec, self.throughput) if isinstance(rec, PredictionRecord) else (0.0, 0.0)
+            with self._cond:
+                self.reserved[0] -= est[0]
+                self.reserved[1] -= est[1]
+                self._count(kind, usd, gpu)
+                self._learning.discard(kind)
+                self._cond.notify_all()
 
     def describe(self) -> str:
         parts = []
         if self.max_usd is not None:
-            parts.append(f"${self.spent[0]:.4f} of max_usd {self.max_usd:g}")
+            parts.append(f"${self.spent[0]:.4g} of max_usd {self.max_usd:g}")
         if self.max_gpu_hours is not None:
-            parts.append(f"{self.spent[1]:.4f} of max_gpu_hours {self.max_gpu_hours:g} GPU h")
+            parts.append(f"{self.spent[1]:.4g} of max_gpu_hours {self.max_gpu_hours:g} GPU h")
         return ", ".join(parts)
 
 

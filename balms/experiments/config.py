@@ -172,6 +172,9 @@ class ExperimentConfig(BaseModel):
     # spending cap of a scheduled run (balms.experiments.budget): Claude at list price, vLLM GPU hours by tokens
     max_usd: PositiveFloat | None = None
     max_gpu_hours: PositiveFloat | None = None
+    # each model call's wall-clock deadline in seconds, retried like any transient error (None: from the call's
+    # max_tokens, balms.models.retrying.call_deadline); a server that hangs or drips bytes meets it
+    call_deadline_s: PositiveFloat | None = None
     raw_root: str | None = None  # default: balms.paths.raw_dir() (BALMS_RAW_DIR, ../shared/data, data/raw)
     # a dataset committed as real that resolves to synthetic writes to build/synthetic/ unless this is true
     allow_synthetic: bool = False

@@ -21,7 +21,7 @@ from balms.cellspec import CellSpec, cell_code_fingerprint, describe_cell, run_n
 from balms.data.schema import Sample
 from balms.experiments.cohorts import cohort, with_lookback
 from balms.experiments.config import ExperimentConfig
-from balms.experiments.errors import check_cell, check_grid, grid_line
+from balms.experiments.errors import check_grid, grid_line
 from balms.records import PredictionRecord
 
 
@@ -130,24 +130,16 @@ def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
 
 
 def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -> list[PredictionRecord]:
-    """Run (or resume) one cell; returns its records in sample order."""
-    from balms.experiments.scheduler import cell_records
-    from balms.models.registry import get_backend
-    from balms.runner import run_samples
+    """Run (or resume) one cell through the scheduler (its stops, spending cap and deadlines); returns its records
+    in sample order. A cell whose every sample failed raises its first error; a spending cap reached raises
+    SpendingCapReached saying how far it got."""
+    from balms.experiments.budget import SpendingCapReached
+    from balms.experiments.scheduler import run_cells as schedule
 
-    spec = cell.spec
-    from balms.experiments.batching import prefetch_cell
-
-    prefetch_cell(cfg, cell)  # Claude via the Message Batches API when cfg.anthropic_batch (single-call cells)
-    backend = get_backend(spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
-    path = spec.run_path(cfg.runs_root())
-    co = cohort(spec.dataset, cfg)
-    run_samples(cell.agent, backend, cell.samples, co.tables, path, concurrency=cfg.concurrency,
-                progress=progress, spec=spec, manifest_extra={"profile": cfg.profile, "source": co.source},
-                retry_errors=cfg.retry_errors)
-    recs = cell_records(path, cell)
-    check_cell(cfg.allow_errors, describe_cell(spec), recs)  # every sample an error: stop, saying the first
-    return recs
+    report = schedule(cfg, [cell], progress=progress)
+    if report.stopped:
+        raise SpendingCapReached(report.stopped)
+    return report.records[0]
 
 
 def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, cot: bool = False,

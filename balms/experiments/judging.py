@@ -34,6 +34,23 @@ def _judge_backend(cfg: ExperimentConfig, judge_model: str):
     return get_backend(judge_model, cache_mode=cfg.cache_mode, servers=cfg.servers)
 
 
+def judge_concurrency(cfg: ExperimentConfig, judge_model: str) -> int:
+    """Verdicts at once: the slots of the judge's servers (balms.experiments.scheduler; each server then kept at
+    its limit), else `cfg.concurrency` (an embedded or replayed judge)."""
+    from types import SimpleNamespace
+
+    from balms.experiments.scheduler import configure_slots, model_slots
+    from balms.models.registry import UnknownModelError, resolve_spec
+
+    limits = configure_slots(cfg, [judge_model])
+    try:
+        spec = SimpleNamespace(model=judge_model, model_id=resolve_spec(judge_model, cfg.servers).model_id)
+    except UnknownModelError:  # a stand-in (tests)
+        return cfg.concurrency
+    cell = SimpleNamespace(spec=spec)
+    return model_slots(cfg, cell, limits) or cfg.concurrency
+
+
 def _judge_options(cfg: ExperimentConfig) -> dict:
     """The profile's judge settings as `judge_rationale` keywords (the same for the grid and the case study)."""
     return dict(max_tokens=cfg.judge_max_tokens, justify=cfg.judge_justify, mode=cfg.judge_mode,
@@ -51,6 +68,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
     systems = systems or cfg.judge_systems
     judge = _judge_backend(cfg, judge_model)
     jkey = judge_key(cfg, judge_model, judge.model_id)
+    concurrency = judge_concurrency(cfg, judge_model)
     rows = []
     for d in datasets or cfg.judged_datasets:
         tables = {d: cohort(d, cfg).tables}
@@ -67,7 +85,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                 run_path = run_path_of(cfg, recs[0])
                 verdicts = judge_into(run_path.with_name(run_path.stem + ".judge.jsonl"), recs, tables, judge,
                                       judge_model=judge_model, key=jkey, retry_errors=cfg.retry_errors,
-                                      **_judge_options(cfg))
+                                      concurrency=concurrency, **_judge_options(cfg))
                 for r, v in zip(recs, verdicts, strict=True):
                     rows.append({"dataset": d, "system": s, "model": m, "sample_id": r.sample_id,
                                  "user": r.user, "lookback": r.lookback, "label": r.label,

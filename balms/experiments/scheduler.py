@@ -1,43 +1,34 @@
-"""All cells in flight: every cell of a grid (or of several notebooks) runs at once, each server kept at its own
-limit of requests in flight, instead of one cell after another.
+"""All cells in flight: every sample of a grid (or of several notebooks) on one bounded pool per model, each
+server kept at its own limit of requests in flight (balms.models.slots), instead of one cell after another.
 
-Why: run cell by cell, only the server of the current cell works and every cell ends with a tail (its slowest
-samples) during which its own server idles too; on the paper's four-GPU node the run took 10-15 times its
-server-bound minimum (issue 27). Here each cell is an ordinary resumable `balms.runner.run_samples` (its lock,
-its records file, its manifest: nothing about records depends on the interleaving), all started together, and
-the only thing that meters the servers is `balms.models.slots`: a model call takes a slot of its server while it
-is in flight, so a PHIA or RAPTOR sample running code or embedding holds none and other samples fill the server.
+Each cell keeps its own resumable run file, lock and manifest (balms.runner.CellRun); nothing about its records
+depends on the interleaving. The samples go into their model's pool all at once, in a static order: samples with
+several calls (RAPTOR, PHIA) first, whose chains make a run's tail, then sample by sample across the model's cells.
+A model's pool has SAMPLES_PER_SLOT threads per slot of its servers (a sample that embeds or runs code holds
+none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`: this machine is their server.
 
-Limits: `cfg.server_slot_limits[url]`, else `cfg.server_slots`, for every OpenAI-compatible server the grid's
-models route to; `cfg.anthropic_slots` for the Anthropic API (its retry-after pauses every call: slots.py).
-Spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`): balms.experiments.budget; samples the cap does not allow
-are not started, the report says how far the run got. Threads: each cell runs `cfg.concurrency` samples at
-once; cells are started in an order that alternates models (so every server gets work first) for as long as
-the threads in use stay within `cfg.scheduler_threads`.
-
-Order: each sample gets a rank (multi-call samples before single calls, then the order they started); its calls
-wait for a server slot in that rank, its RAPTOR day summaries queue on their model's pool in it, and as it starts
-it waits for a turn at the client's CPU in it (per model: balms.models.slots.Turns). Chains of calls start first
-and single calls fill the servers while the last chains drain (bench-scale: a drain of about one request time).
+Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
+`cfg.allow_errors`): no sample or call starts after it, the finished records are kept (balms.models.slots.drive).
+Spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`): balms.experiments.budget; samples it does not allow are not
+started, the report says how far the run got. Claude's single-call cells with `cfg.anthropic_batch`: their Message
+Batches are fetched on a thread of their own, one cell after another, each cell's samples queued once its batch
+is in.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import os
 import sys
 import threading
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
-from balms.models.slots import Turns
+from balms.models.slots import STOP, NotStarted
 from balms.records import PredictionRecord
-from balms.stores import one_per_key
-from balms.threads import started_pool
 
 
 @dataclass
@@ -107,79 +98,10 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
     return limits
 
 
-# Samples started at once per slot of the servers a model routes to: enough that a server never waits for a
-# sample's own CPU work (its window, RAPTOR's leaves, PHIA's code) before the next request, few enough that the
-# client does not spread its CPU over hundreds of half-built samples while the servers idle (issue 27: with all
-# 512 samples of the notebook-01 grid started at once, the first request left after tens of seconds).
+# Samples at once per slot of a model's servers: enough that a server never waits for a sample's own CPU work
+# (its window, RAPTOR's leaves, PHIA's code) before the next request; few enough that the client does not spread
+# its CPU over hundreds of half-built samples while the servers idle (issue 27).
 SAMPLES_PER_SLOT = 2
-
-
-def model_slots(cfg: ExperimentConfig, cell, limits: dict[str, int]) -> int | None:
-    """The slots of the servers `cell`'s model routes to (None: not metered, e.g. a stand-in or embedded)."""
-    from balms.models.discovery import servers_for
-    from balms.models.registry import UnknownModelError, resolve_spec
-    from balms.models.slots import ANTHROPIC
-
-    try:
-        kind = resolve_spec(cell.spec.model, cfg.servers).backend
-    except UnknownModelError:
-        return None
-    if kind == "anthropic":
-        return limits.get(ANTHROPIC)
-    if kind != "openai":
-        return None
-    urls = [u for u in limits if u != ANTHROPIC]
-    return sum(limits[u] for u in servers_for(cell.spec.model_id, urls)) or None
-
-
-class Admission:
-    """Samples in flight per model: at most `limit` at once; the waiting start by priority (lower first), then
-    in arrival order. Multi-call samples (RAPTOR, PHIA) go first: their chains of calls are what makes a run's
-    tail, started last they would run alone at the end while the servers idle."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._limit: dict = {}
-        self._busy: dict = defaultdict(int)
-        self._waiting: dict = defaultdict(list)  # key -> [(priority, ticket)]
-        self._tickets = iter(range(1 << 62))
-
-    def set_limit(self, key, limit: int | None) -> None:
-        with self._cond:
-            self._limit[key] = limit
-
-    @contextmanager
-    def admitted(self, key, priority: int):
-        with self._cond:
-            me = (priority, next(self._tickets))
-            self._waiting[key].append(me)
-            lim = self._limit.get(key)
-            while lim is not None and (self._busy[key] >= lim or min(self._waiting[key]) != me):
-                self._cond.wait()
-            self._waiting[key].remove(me)
-            self._busy[key] += 1
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._busy[key] -= 1
-                self._cond.notify_all()
-
-
-_STARTED = itertools.count()  # samples in the order they were admitted: their calls' rank for a server slot
-_TIER = 1 << 40  # a sample of priority p ranks after every sample of a lower priority
-
-
-@one_per_key
-def _turns(model: str) -> Turns:
-    """Each model's samples take turns at the client's CPU as they start (balms.models.slots.Turns), the models
-    side by side: in one queue for all, the busiest model's samples waited behind the others' preparation while
-    its servers idled (bench-scale measures both, bench/scale.json; what turns cost 4 servers mid-run and
-    16 servers gained back: docs/runbook.md)."""
-    return Turns()
-
-
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
 
@@ -192,70 +114,25 @@ def _kind(cfg: ExperimentConfig, cell) -> str | None:
         return None
 
 
-def _is_local(cfg: ExperimentConfig, cell) -> bool:
-    return _kind(cfg, cell) in LOCAL_BACKENDS
+def model_slots(cfg: ExperimentConfig, cell, limits: dict[str, int]) -> int | None:
+    """The slots of the servers `cell`'s model routes to (None: not metered, e.g. a stand-in or embedded)."""
+    from balms.models.discovery import servers_for
+    from balms.models.slots import ANTHROPIC
+
+    kind = _kind(cfg, cell)
+    if kind == "anthropic":
+        return limits.get(ANTHROPIC)
+    if kind != "openai":
+        return None
+    urls = [u for u in limits if u != ANTHROPIC]
+    return sum(limits[u] for u in servers_for(cell.spec.model_id, urls)) or None
 
 
-class _Gated:
-    """A cell's agent as the scheduler runs it: a sample starts only while the run goes on (no cell stopped it)
-    and, under a spending cap, only if the cap allows it; otherwise it leaves no record (runner.NotStarted)."""
-
-    def __init__(self, agent, stop: threading.Event, cap, kind, done: Callable[[], None] = lambda: None,
-                 admission: Admission | None = None, priority: int = 0):
-        self.__wrapped__, self._stop, self._cap, self._kind, self._done = agent, stop, cap, kind, done
-        self._admission, self._priority = admission or Admission(), priority
-
-    def __getattr__(self, item):
-        return getattr(self.__wrapped__, item)
-
-    def predict(self, sample, tables, backend) -> PredictionRecord:
-        from balms.models.slots import priority
-
-        # its calls (and its RAPTOR day summaries) wait for a server slot ranked by its priority, then by when it
-        # started: a multi-call sample's before any single call, the oldest first, so chains of calls run from
-        # the start and single calls fill the servers while the last chains drain (balms.models.slots)
-        rank = self._priority * _TIER + next(_STARTED)
-        with self._admission.admitted(self._kind[1], self._priority), priority(rank), _turns(self._kind[1]).turn(rank):
-            return self._predict(sample, tables, backend)
-
-    def _predict(self, sample, tables, backend) -> PredictionRecord:
-        from balms.runner import NotStarted
-
-        if self._stop.is_set():
-            raise NotStarted("the run stopped: a cell failed")
-        try:
-            if self._cap is None:
-                rec = self.__wrapped__.predict(sample, tables, backend)
-            else:
-                rec = self._cap.spend(self._kind, lambda: self.__wrapped__.predict(sample, tables, backend))
-        except NotStarted:  # refused by the cap: no record
-            raise
-        except Exception:  # the runner records the error
-            self._done()
-            raise
-        self._done()
-        return rec
-
-
-def plan_lanes(cfg: ExperimentConfig, cells: Sequence, todo: Sequence[int]) -> list[list[int]]:
-    """Lanes of cell indices, each run in turn, all lanes at once: the cells on embedded models (LOCAL_BACKENDS)
-    share one lane; Claude's cells sent as Message Batches (`cfg.anthropic_batch` and a batchable system, as
-    balms.experiments.batching.prefetch_cell decides) share another, one batch at a time as cell by cell; every
-    other cell is a lane of its own, Claude's multi-call cells (RAPTOR, PHIA: direct calls) included."""
+def _batched(cfg: ExperimentConfig, cell) -> bool:
     from balms.agents.registry import get_system
 
-    local = [i for i in todo if _is_local(cfg, cells[i])]
-    batched = [i for i in todo if i not in local and cfg.anthropic_batch and cfg.cache_mode == "rw"
-               and _kind(cfg, cells[i]) == "anthropic" and get_system(cells[i].spec.system).batchable]
-    lanes: list[list[int]] = []
-    for i in todo:
-        if i not in local and i not in batched:
-            lanes.append([i])
-        elif local and i == local[0]:
-            lanes.append(local)
-        elif batched and i == batched[0]:
-            lanes.append(batched)
-    return lanes
+    return (cfg.anthropic_batch and cfg.cache_mode == "rw" and _kind(cfg, cell) == "anthropic"
+            and get_system(cell.spec.system).batchable)
 
 
 def cell_records(path, cell) -> list[PredictionRecord]:
@@ -267,28 +144,20 @@ def cell_records(path, cell) -> list[PredictionRecord]:
 
 
 def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
-    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order.
+    """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order (see the
+    module doc for order, pools, stops and the cap). A failed cell's error is raised once the samples in flight
+    have ended; under a spending cap the report's `stopped` says how far the run got."""
+    from tqdm.std import tqdm
 
-    Cells on an embedded model (LOCAL_BACKENDS) run one after another in one lane beside the others: their
-    server is this machine, which gains nothing from two at once and their latencies would count the wait.
-    Claude's cells sent as Message Batches (`cfg.anthropic_batch`: its single-call cells) also run one after
-    another, in a lane of their own: one batch at a time, as cell by cell (plan_lanes). Its RAPTOR and PHIA cells
-    make direct calls and run beside the others (in the paper dry run they queued behind the batches' polls and
-    were the tail of notebook 01).
-    A cell whose every sample failed (balms.experiments.errors.check_cell, unless `cfg.allow_errors`) stops the
-    run: no further sample starts (those not started leave no record), the cells in flight finish the samples
-    they started, and its error is raised. Under a spending cap the samples it does not allow are not started,
-    and the report's `stopped` says how far the run got."""
-    from tqdm.std import tqdm  # a text bar on stderr, also in a kernel: papermill passes it on to the terminal
-
-    from balms.agents.raptor import summary_pool
     from balms.agents.registry import get_system
     from balms.experiments.batching import prefetch_cell
     from balms.experiments.budget import SpendingCap
     from balms.experiments.cohorts import cohort
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
-    from balms.runner import run_samples
+    from balms.models.slots import drive
+    from balms.runner import CellRun, cell_lock
+    from balms.threads import Pool
 
     cells = list(cells)
     limits = configure_slots(cfg, list(dict.fromkeys(c.spec.model for c in cells)))
@@ -297,99 +166,116 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     for i, p in enumerate(paths):
         first_of.setdefault(p, i)
     todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
-    lanes = plan_lanes(cfg, cells, todo)
-    local = next((lane for lane in lanes if _is_local(cfg, cells[lane[0]])), [])
-    results: list = [None] * len(cells)
-    threads_per = [max(1, min(cfg.concurrency, len(c.samples))) for c in cells]
-    lane_threads = [max(threads_per[i] for i in lane) for lane in lanes]
-    budget = max(cfg.scheduler_threads, max(lane_threads, default=1))
-    cond = threading.Condition()
-    in_use = [0]
-    n_done = [0]
-    stop = threading.Event()
     cap = SpendingCap.from_cfg(cfg)
-    before = [r for i in todo for r in cell_records(paths[i], cells[i])]
-    if cap is not None:
-        cap.already(before)
     where = os.environ.get("BALMS_NOTEBOOK")
     tag = f"[{where}] scheduler" if where else "scheduler"
-    if progress:
-        print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
-              f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
-              f"{len(local)} on embedded models, one at a time", file=sys.stderr, flush=True)
-    # one bar for every cell's samples; off a terminal (papermill) every refresh becomes a line: at most every 10 s
-    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-    kept = sum(r.status != "error" or not cfg.retry_errors for r in before)  # errors are run again
-    bar = tqdm(total=sum(len(cells[i].samples) for i in todo), initial=kept, unit="sample",
-               disable=not progress, desc=f"{tag}: samples", dynamic_ncols=True, file=sys.stderr,
-               mininterval=0.1 if tty else 10.0, smoothing=0.05)
-    admission = Admission()
-    for c in cells:
-        n = model_slots(cfg, c, limits)
-        admission.set_limit(c.spec.model, None if n is None else SAMPLES_PER_SLOT * n)
-    agents = [_Gated(c.agent, stop, cap, (c.spec.system, c.spec.model), lambda: bar.update(1), admission,
-                     0 if get_system(c.spec.system).cost != "single" else 1) for c in cells]
-
-    def run_one(i: int):
-        cell = cells[i]
-        prefetch_cell(cfg, cell)  # Claude via the Message Batches API when cfg.anthropic_batch (single-call cells)
-        backend = get_backend(cell.spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
-        co = cohort(cell.spec.dataset, cfg)
-        res = run_samples(agents[i], backend, cell.samples, co.tables, paths[i], concurrency=threads_per[i],
-                          progress=False, spec=cell.spec, retry_errors=cfg.retry_errors,
-                          executor=None if i in local else samples_pool,
-                          manifest_extra={"profile": cfg.profile, "source": co.source, "scheduler": True})
-        results[i] = res
+    runs: dict[int, CellRun] = {}
+    left: dict[int, int] = {}
+    results: list = [None] * len(cells)
+    with contextlib.ExitStack() as stack:
+        for i in todo:
+            stack.enter_context(cell_lock(paths[i], progress=progress))
+            co = cohort(cells[i].spec.dataset, cfg)
+            backend = get_backend(cells[i].spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
+            runs[i] = CellRun(cells[i].agent, backend, cells[i].samples, co.tables, paths[i],
+                              concurrency=cfg.concurrency, timeout_s=cfg.call_deadline_s, spec=cells[i].spec,
+                              retry_errors=cfg.retry_errors, manifest_extra={
+                                  "profile": cfg.profile, "source": co.source, "scheduler": True})
+            left[i] = len(runs[i].todo)
+        if cap is not None:
+            cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
+        # one pool per model: SAMPLES_PER_SLOT per slot of its servers (unmetered: its cells' concurrency);
+        # embedded models share one of cfg.concurrency
+        local = {i for i in todo if _kind(cfg, cells[i]) in LOCAL_BACKENDS}
+        size: dict = defaultdict(int)
+        slots: dict = {}
+        for i in todo:
+            key = "local" if i in local else cells[i].spec.model
+            size[key] += min(cfg.concurrency, left[i])
+            slots[key] = None if i in local else model_slots(cfg, cells[i], limits)
+        for key, n in slots.items():
+            bound = cfg.concurrency if key == "local" else SAMPLES_PER_SLOT * n if n else size[key]
+            size[key] = max(1, min(cfg.scheduler_threads, size[key], bound))
+        pools = {k: stack.enter_context(contextlib.closing(Pool(n, f"balms-{k}"))) for k, n in size.items()}
         if progress:
-            with cond:
+            print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
+                  f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
+                  f"threads per model: {dict(size)}", file=sys.stderr, flush=True)
+        tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        bar = stack.enter_context(tqdm(
+            total=sum(len(cells[i].samples) for i in todo), initial=sum(runs[i].n_before for i in todo),
+            unit="sample", disable=not progress, desc=f"{tag}: samples", dynamic_ncols=True, file=sys.stderr,
+            mininterval=0.1 if tty else 10.0, smoothing=0.05))
+
+        batched = [i for i in todo if _batched(cfg, cells[i])]
+        fetched = {i: threading.Event() for i in batched}
+        fetch_error: list[BaseException] = []
+
+        def fetch() -> None:  # Claude's Message Batches, one cell after another (balms.experiments.batching)
+            for i in batched:
+                try:
+                    prefetch_cell(cfg, cells[i])
+                except Exception as exc:  # noqa: BLE001 - raised by the cell's samples
+                    fetch_error.append(exc)
+                fetched[i].set()
+
+        def sample(i: int, s):
+            if i in fetched:
+                while not fetched[i].wait(0.2):
+                    if STOP.is_set():
+                        return i, None
+                if fetch_error:
+                    raise fetch_error[0]
+            kind = (cells[i].spec.system, cells[i].spec.model)
+            try:
+                return i, runs[i].predict(s) if cap is None else cap.spend(kind, lambda: runs[i].predict(s))
+            except NotStarted:  # the cap refused it, or the run stopped: no record
+                return i, None
+
+        n_done = [sum(not runs[i].todo for i in todo)]
+
+        def write(done) -> None:
+            i, rec = done
+            if rec is not None:
+                runs[i].write(rec)
+                bar.update(1)
+            left[i] -= 1
+            if not left[i]:
                 n_done[0] += 1
-                k = n_done[0]
-            bar.write(f"{tag}: {k}/{len(todo)} cells done: {describe_cell(cell.spec)} "
-                  f"({res.n_new} new, {res.n_errors} errors, {res.wall_s:.1f} s)", file=sys.stderr)
-        try:
-            check_cell(cfg.allow_errors, describe_cell(cell.spec), cell_records(paths[i], cell))
-        except Exception:
-            stop.set()
-            raise
+                if progress:
+                    r = runs[i].session
+                    bar.write(f"{tag}: {n_done[0]}/{len(todo)} cells done: {describe_cell(cells[i].spec)} "
+                              f"({r['n_new']} new, {r['n_errors_new']} errors)", file=sys.stderr)
+                check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))
 
-    def run_lane(k: int):
+        def jobs():
+            tier = {i: 0 if get_system(cells[i].spec.system).cost != "single" else 1 for i in todo}
+            for (t, k, pos), i, s in sorted(((tier[c], k, pos), c, s) for pos, c in enumerate(todo)
+                                            for k, s in enumerate(runs[c].todo)):
+                # embedded models: cell after cell (this machine serves one at a time)
+                rank = (pos, k) if i in local else (t, k, pos)
+                yield pools["local" if i in local else cells[i].spec.model], rank, sample, i, s
+
+        status = "incomplete"
         try:
-            for i in lanes[k]:
-                if stop.is_set() or (cap is not None and cap.n_refused):
-                    break
-                run_one(i)
+            if batched:
+                threading.Thread(target=fetch, daemon=True, name="balms-batches").start()
+            drive(jobs(), write)
+            for i in todo:  # a cell with nothing left to do is checked as it is
+                if not runs[i].todo:
+                    check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))
+            status = "complete"
         finally:
-            with cond:
-                in_use[0] -= lane_threads[k]
-                cond.notify_all()
-
-    # every thread started before any cell starts (balms.threads): the servers' cells share one pool of sample
-    # threads, RAPTOR its pool of day summaries
-    n_server_threads = sum(threads_per[i] for i in todo if i not in local)
-    samples_pool = started_pool(max(1, min(budget, n_server_threads)), "balms-sample")
-    for m in dict.fromkeys(cells[i].spec.model_id for i in todo if cells[i].spec.system == "raptor"):
-        summary_pool(m)
-    futures = []
-    with bar, samples_pool, started_pool(max(1, len(lanes)), "balms-cell") as pool:
-        for k in range(len(lanes)):
-            if stop.is_set() or (cap is not None and cap.n_refused):  # no more cells
-                break
-            with cond:
-                while in_use[0] and in_use[0] + lane_threads[k] > budget:
-                    cond.wait()
-                in_use[0] += lane_threads[k]
-            futures.append(pool.submit(run_lane, k))
-        errors = [f.exception() for f in futures if f.exception() is not None]
-    if errors:
-        raise errors[0]
+            for i in todo:
+                results[i] = runs[i].close(status)
     why = None
     if cap is not None and cap.n_refused:
         n_all = sum(len(cells[i].samples) for i in todo)
         n_kept = sum(len(cell_records(paths[i], cells[i])) for i in todo)
         why = (f"spending cap reached ({cap.describe()}): {n_kept} of {n_all} samples done, the rest not started; "
                "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
-    if why and progress:
-        print(f"{tag}: {why}", file=sys.stderr, flush=True)
+        if progress:
+            print(f"{tag}: {why}", file=sys.stderr, flush=True)
     records = []
     for i, c in enumerate(cells):
         records.append(cell_records(paths[i], c))

@@ -460,30 +460,40 @@ def _read_verdicts(path, key: str, retry_errors: bool = True) -> dict[str, dict]
 
 
 def judge_into(path, records: Iterable, tables_or_window_fn, backend: Backend, *, judge_model: str, key: str,
-               retry_errors: bool = True, **kwargs) -> list[dict]:
+               retry_errors: bool = True, concurrency: int = 1, **kwargs) -> list[dict]:
     """THE judge loop (notebook 07's grid and `balms judge run`): every record judged by `judge_record` into the JSONL
     `path`, one verdict per line as it is made (sample_id, judge_model, judge_key and the JudgeResult), resumable:
     a verdict stored under the same `key` is reused (backend errors are judged again unless `retry_errors` is
-    False). Returns the verdicts in record order."""
+    False). `concurrency` verdicts at once, through the runner's loop (balms.models.slots.drive: Ctrl-C stops it keeping
+    every verdict made; the judge server's slots meter the calls). Returns the verdicts in record order."""
     from pathlib import Path
 
+    from balms.models.slots import drive
     from balms.records import PredictionRecord
+    from balms.threads import Pool
 
     backend = with_retries(backend, retries=JUDGE_RETRIES)
     path = Path(path)
     done = _read_verdicts(path, key, retry_errors)
-    out = []
+    records = [r if isinstance(r, PredictionRecord) else PredictionRecord.model_validate(r) for r in records]
+    todo = list({r.sample_id: r for r in records if r.sample_id not in done}.values())
+
+    def one(rec):
+        return rec.sample_id, judge_record(rec, tables_or_window_fn, backend, **kwargs)
+
     with path.open("a") as fh:
-        for rec in records:
-            rec = rec if isinstance(rec, PredictionRecord) else PredictionRecord.model_validate(rec)
-            if rec.sample_id not in done:
-                res = judge_record(rec, tables_or_window_fn, backend, **kwargs)
-                done[rec.sample_id] = {"sample_id": rec.sample_id, "judge_model": judge_model, "judge_key": key,
-                                       **res.model_dump()}
-                fh.write(json.dumps(done[rec.sample_id], default=str) + "\n")
-                fh.flush()
-            out.append(done[rec.sample_id])
-    return out
+        def write(res) -> None:
+            sid, verdict = res
+            done[sid] = {"sample_id": sid, "judge_model": judge_model, "judge_key": key, **verdict.model_dump()}
+            fh.write(json.dumps(done[sid], default=str) + "\n")
+            fh.flush()
+
+        pool = Pool(max(1, min(concurrency, len(todo))), "balms-judge")
+        try:
+            drive(((pool, k, one, rec) for k, rec in enumerate(todo)), write)
+        finally:
+            pool.close()
+    return [done[r.sample_id] for r in records]
 
 
 def result_of(verdict: dict) -> JudgeResult:

@@ -163,6 +163,20 @@ class OpenAICompatBackend:
             self._inflight[i] -= 1
         SLOTS.give(self.base_urls[i])
 
+    def _post(self, url: str, body: str, timeout: float) -> tuple[httpx.Response, bytes]:
+        """POST and read the whole answer within `timeout` seconds of wall-clock time, not of idle reading: a
+        server that drips a byte a second would otherwise hold a call for ever (httpx's read timeout is per read)."""
+        end = time.monotonic() + timeout
+        limits = httpx.Timeout(timeout, connect=min(timeout, self._connect_timeout))
+        with self._thread_client().stream("POST", url, content=body, timeout=limits) as resp:
+            chunks = []
+            for chunk in resp.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > end:
+                    raise BackendError(f"{self.model_id}: answer from {url} not complete within the deadline of "
+                                       f"{timeout:g} s", transient=True)
+            return resp, b"".join(chunks)
+
     # -- request --------------------------------------------------------------------------------------
     def request_body(self, messages: Sequence[Message], params: GenParams) -> dict:
         body: dict = {
@@ -196,11 +210,10 @@ class OpenAICompatBackend:
         url = self.base_urls[i] + "/chat/completions"
         t0 = time.perf_counter()
         try:
-            resp = self._thread_client().post(url, content=json.dumps(body),
-                                     timeout=httpx.Timeout(timeout, connect=min(timeout, self._connect_timeout)))
-            content = resp.content
+            resp, content = self._post(url, json.dumps(body), timeout)
         except httpx.TimeoutException as exc:
-            raise BackendError(f"{self.model_id}: timeout after {timeout:g} s at {url} ({type(exc).__name__})",
+            raise BackendError(f"{self.model_id}: no answer within the deadline of {timeout:g} s at {url} "
+                               f"({type(exc).__name__})",
                                transient=True) from exc
         except httpx.TransportError as exc:  # connect refused, reset, truncated body (RemoteProtocolError)
             raise BackendError(f"{self.model_id}: transport error at {url}: {type(exc).__name__}: {exc}",

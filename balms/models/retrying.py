@@ -23,7 +23,22 @@ from balms.models.base import BackendError, Completion, GenParams, Message
 
 
 def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, BackendError) and exc.transient
+    from balms.models.slots import STOP
+
+    return isinstance(exc, BackendError) and exc.transient and not STOP.is_set()
+
+
+# A call's wall-clock deadline when none is set: time to connect and prefill, plus its whole output budget at a
+# slow per-request decode rate (a server's batch shares its throughput: a 70B at 120 tokens/s over 16 requests
+# gives each under 8), so only a hung or dripping server meets it.
+DEADLINE_BASE_S = 60.0
+DEADLINE_MIN_TOKENS_PER_S = 4.0
+
+
+def call_deadline(params: GenParams) -> float:
+    """Seconds a call may take from first byte sent to last byte read when no deadline is set (the runner's
+    default): from its max_tokens."""
+    return DEADLINE_BASE_S + (params.max_tokens or 0) / DEADLINE_MIN_TOKENS_PER_S
 
 
 class _WaitRetryAfter:
@@ -48,7 +63,8 @@ class _WaitRetryAfter:
 
 
 class RetryingBackend:
-    """Wrap a backend: `retries` extra attempts for transient errors; optional per-call timeout."""
+    """Wrap a backend: `retries` extra attempts for transient errors; each attempt a wall-clock deadline of
+    `timeout_s` seconds (a callable: from the call's GenParams, e.g. `call_deadline`; None: the backend's own)."""
 
     def __init__(self, backend, *, retries: int = 4, timeout_s: float | None = None,
                  initial_wait: float = 0.5, max_wait: float = 30.0, sleep=None):
@@ -76,6 +92,8 @@ class RetryingBackend:
     def _once(self, messages: Sequence[Message], params: GenParams, timeout: float | None) -> Completion:
         with self._lock:
             self.attempts += 1
+        if callable(timeout):
+            timeout = timeout(params)
         if not timeout:
             return self.backend.generate(messages, params)
         if self._native:
@@ -87,7 +105,8 @@ class RetryingBackend:
         try:
             return fut.result(timeout=timeout)
         except FutureTimeout:
-            raise BackendError(f"{self.model_id}: no response within {timeout:g} s", transient=True) from None
+            raise BackendError(f"{self.model_id}: no response within the deadline of {timeout:g} s",
+                               transient=True) from None
 
     def _before_sleep(self, state: RetryCallState) -> None:
         with self._lock:
