@@ -143,13 +143,18 @@ def _versions() -> dict[str, str | None]:
 
 
 def _llama_cpp_build() -> str | None:
-    """llama.cpp's CPU feature line (e.g. "AVX512 = 1"): the build flavour changes speed, never outputs' keys."""
+    """llama.cpp's version, CPU feature line (e.g. "AVX512 = 1") and thread count: what a cold run on another
+    machine must match to compute the same floats (bench/reproducibility.json); never part of a key."""
     if "llama_cpp" not in sys.modules:  # only when a llama.cpp backend is in use; never import it for that
         return None
     try:
-        return sys.modules["llama_cpp"].llama_print_system_info().decode(errors="replace").strip()
+        llama = sys.modules["llama_cpp"]
+        info = llama.llama_print_system_info().decode(errors="replace").strip()
     except (AttributeError, OSError):
         return None
+    from balms.models.llamacpp import _threads
+
+    return f"llama-cpp-python {getattr(llama, '__version__', '?')}; threads {_threads(None)}; {info}"
 
 
 def _git() -> dict:

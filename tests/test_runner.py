@@ -44,7 +44,7 @@ def test_run_writes_one_record_per_sample_and_manifest(tmp_path):
     assert m["data"]["sources"] == ["synthetic"] and m["git"]["commit"]
     assert m["packages"]["pydantic"] and m["packages"]["tenacity"]
     if "llama_cpp" in sys.modules:  # the llama.cpp build flavour is recorded once a llama.cpp backend is loaded
-        assert "AVX" in m["llama_cpp_build"]
+        assert "AVX" in m["llama_cpp_build"] and "threads " in m["llama_cpp_build"]  # flags and threads
     else:
         assert m["llama_cpp_build"] is None
     assert m["usage"]["prompt_tokens"] == sum(r.prompt_tokens for r in recs) > 0
