@@ -1,6 +1,7 @@
 """Do two llama.cpp builds give the same greedy answers? The installed build against the portable AVX2 wheel, each
 re-answering real committed prompts (the CPU study's cells, rebuilt by their own agents from their specs) with the
-response cache off, compared with each other and with the committed answers; speed beside (issue 37).
+response cache off, compared with each other and with the committed answers, and the installed build again with the
+calls in the reverse order; speed beside (issue 37).
 
 A cold run on another machine is reproducible only if the build computes the same floats: the AVX-512 build takes
 other code paths than the AVX2 one, and a machine without AVX-512 can only run the portable build. Each flavour runs
@@ -109,6 +110,10 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp, str(wheels[-1])],
                        check=True)
         result["portable"] = probe(jobs, tmp, args.threads)
+    # the same build, prompts and samples in the reverse order: does an answer depend on what was read before it?
+    reverse = [dict(j, sample_ids=j["sample_ids"][::-1]) for j in jobs[::-1]]
+    result["order"] = {"how": "the installed build, the same jobs with cells and samples in reverse order",
+                       **compare(result["installed"]["answers"], probe(reverse, None, args.threads)["answers"])}
     inst, port = result["installed"]["answers"], result["portable"]["answers"]
     result["installed_vs_portable"] = compare(inst, port)
     result["installed_vs_committed"] = compare(inst, committed)
@@ -116,7 +121,7 @@ def main() -> None:
     result["seconds_per_answer"] = {k: sum(r["s"] for r in result[k]["answers"]) / len(result[k]["answers"])
                                     for k in ("installed", "portable")}
     Path(args.out).write_text(json.dumps(result, indent=1))
-    for k in ("installed_vs_portable", "installed_vs_committed", "portable_vs_committed"):
+    for k in ("installed_vs_portable", "installed_vs_committed", "portable_vs_committed", "order"):
         c = result[k]
         print(f"{k:24s} identical {c['identical_text']}/{c['n']}, same score {c['same_prediction']}/{c['n']}")
     print("s per answer:", {k: round(v, 2) for k, v in result["seconds_per_answer"].items()})

@@ -330,6 +330,29 @@ def llama_page() -> str:
               f"two 1-thread processes against one: x{t['ratio_two_processes_vs_1_thread']['prompt']:.2f} in total.\n")
 
 
+def reproducibility_page() -> str:
+    """What a cold run reproduces: two llama.cpp builds against each other and against the committed answers."""
+    d = _json(ROOT / "bench" / "reproducibility.json")
+    rows = [[what, f"{d[k]['identical_text']} of {d[k]['n']}", f"{d[k]['same_prediction']} of {d[k]['n']}"]
+            for what, k in (("installed build vs portable build, same prompts, same order", "installed_vs_portable"),
+                            ("installed build vs the committed answers", "installed_vs_committed"),
+                            ("portable build vs the committed answers", "portable_vs_committed"))]
+    order = d.get("order")
+    extra = ""
+    if order:
+        extra = (f"\nThe same build and prompts in the reverse order: {order['identical_text']} of {order['n']} "
+                 f"answers identical to the forward order's ({order['same_prediction']} of {order['n']} scores). A "
+                 "cold run's answer depends on what the embedded model read before it, so a cold run is not an "
+                 "exact reproduction even on the same machine; a replay of the committed responses is.\n")
+    return (HEADER.format(src=f"bench/reproducibility.json (`{d['command']}`)")
+            + f"Greedy answers to committed prompts of the CPU study ({len(d['cells'])} cells, re-answered by their "
+              f"own agents with the response cache off; {d['threads']} threads, {d['cpus']} cores):\n\n"
+            + _table(["comparison", "identical answers", "same score"], rows) + extra
+            + "\nWhat this means for a reviewer: every committed table and figure is reproduced exactly by a replay "
+              "of the committed responses (`make test-replay`, zero model calls); a cold run reproduces the "
+              "pipeline, not each answer.\n")
+
+
 def demo_checks_page() -> str:
     import pandas as pd
 
@@ -384,6 +407,7 @@ def evaluation_page() -> str:
 PAGES = {
     "evaluation.md": evaluation_page,
     "llama.md": llama_page,
+    "reproducibility.md": reproducibility_page,
     "sample_rules.md": sample_rules_page,
     "demo_checks.md": demo_checks_page,
     "claims.md": claims_page,
