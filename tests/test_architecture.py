@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "balms.stores": 0,
     "balms.threads": 0,
     "balms.fidelity": 0,
+    "balms.plugins": 0,
     "balms.data": 1,
     "balms.jsonl_store": 1,
     "balms.models": 2,

@@ -41,8 +41,9 @@ def tiny(monkeypatch, tmp_path):
     monkeypatch.setattr(synthetic, "synthetic_dir", lambda: tmp_path / "synthetic")
     monkeypatch.setenv("BALMS_RAW_DIR", str(tmp_path / "raw"))  # absent: the synthetic cohort
     monkeypatch.setenv("BALMS_TABLES_CACHE", "0")
+    registry.load_plugins()  # (an egg-info left in src/ by a build would register it too: replaced below)
     saved = dict(registry._DATASETS)
-    registry.register_dataset(balms_tiny_cohort.DATASET)
+    registry.register_dataset(balms_tiny_cohort.DATASET, replace=True)
     yield balms_tiny_cohort
     registry._DATASETS.clear()
     registry._DATASETS.update(saved)

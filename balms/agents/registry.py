@@ -16,7 +16,6 @@ dataclass defaults equal the configuration's defaults for every option the confi
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -110,19 +109,9 @@ def load_plugins() -> None:
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
-    from importlib.metadata import entry_points
+    from balms.plugins import register_entry_points
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-            spec = obj() if callable(obj) and not isinstance(obj, SystemSpec) else obj
-            dist = getattr(ep, "dist", None)
-            if isinstance(spec, SystemSpec) and dist is not None and spec.source == "balms":
-                spec = dataclasses.replace(spec, source=dist.name)
-            register_system(spec)
-        except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
-            print(f"balms: system plugin {ep.name!r} ({ep.value}) not loaded: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
+    register_entry_points(ENTRY_POINT_GROUP, SystemSpec, register_system, "system")
 
 
 def system_names(*, paper_only: bool = False) -> list[str]:

@@ -361,23 +361,10 @@ def _half_hours(df: pd.DataFrame, name: str, how: str) -> pd.DataFrame:
 
 
 def _minute_steps(path: Path) -> tuple[pd.Series, pd.DataFrame, int]:
-    rec = _read_json(path)
-    _require_keys(rec, path, ("dateTime", "value"))
-    t = _dates(pd.Series([r["dateTime"] for r in rec], dtype=object), path, "dateTime", "%Y-%m-%d %H:%M:%S")
-    v = _numeric(pd.Series([r["value"] for r in rec], dtype=object), path, "value")
-    df = pd.DataFrame({"t": t, "v": v})
-    # The release repeats some minutes verbatim (p13: 217 minutes); identical repeats are dropped and
-    # counted, conflicting values for one minute are an error.
-    exact = df.duplicated()
-    n_exact = int(exact.sum())
-    df = df[~exact]
-    dup = df["t"].duplicated()
-    if dup.any():
-        i = int(np.flatnonzero(dup.to_numpy())[0])
-        raise DataError(path, f"duplicate minute {df['t'].iloc[i]} with conflicting values", field="dateTime", row=i)
-    daily = df.groupby(df["t"].dt.normalize())["v"].sum()
-    slots = df.groupby(df["t"].dt.floor("30min"))["v"].sum().rename("steps").rename_axis("slot_start").reset_index()
-    return daily, slots, n_exact
+    """steps.json: the day's total, the half-hour slots and how many verbatim repeated minutes were dropped (the
+    release repeats some, p13: 217; conflicting values for one minute are an error: `_minute_samples`)."""
+    df, n_exact = _minute_samples(path)
+    return df.groupby(df["t"].dt.normalize())["v"].sum(), _half_hours(df, "steps", "sum"), n_exact
 
 
 def _no_rows(path: Path, rows, notes: list[str], missing: dict[str, int]) -> None:

@@ -10,7 +10,6 @@ Another package adds a dataset through the entry-point group `balms.datasets` (e
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -124,20 +123,9 @@ def load_plugins() -> None:
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
-    from dataclasses import replace
-    from importlib.metadata import entry_points
+    from balms.plugins import register_entry_points
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            obj = ep.load()
-            spec = obj() if callable(obj) and not isinstance(obj, DatasetSpec) else obj
-            dist = getattr(ep, "dist", None)
-            if isinstance(spec, DatasetSpec) and dist is not None and spec.source == "balms":
-                spec = replace(spec, source=dist.name)
-            register_dataset(spec)
-        except Exception as exc:  # noqa: BLE001 - one broken plugin must not hide the others
-            print(f"balms: dataset plugin {ep.name!r} ({ep.value}) not loaded: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
+    register_entry_points(ENTRY_POINT_GROUP, DatasetSpec, register_dataset, "dataset")
 
 
 def dataset_names() -> list[str]:
