@@ -7,7 +7,7 @@ beside each other everywhere: `policy="exclude"` (the default) computes MAE over
 Table 7 (PHIA on DiversityOne, MAE 2.11 with 757 of 761 windows unparsed) and Table 3 (its +CoT 3.15) leave
 standing whatever the paper's parser accepted (`balms.scoring`): exclusion cannot give 2.11 from four integer
 errors, the midpoint, the mean predictor's value and the far scale end cannot reach or fit it, and a fill at 1
-or 5 reaches 3.15 only if answers of 0 were parsed too. An out-of-range
+or 5 reaches Table 3's 3.15 only if answers of 0 were parsed too. An out-of-range
 answer (0 on PMData's 1-5 scale, which the paper's prompt prints as "0 to 5") is a parse failure like any
 other, scored the same way and counted apart (`n_out_of_range`). The paper profile's `scoring: fill` makes the
 scored MAE the one compared with the paper. The other policies are bounds: `"worst"` charges each failure the
@@ -82,7 +82,7 @@ def _answered(df: pd.DataFrame) -> pd.DataFrame:
 
 def answered(records) -> pd.DataFrame:
     """The answered records of any records or frame: what latency and token means are taken over (an error's
-    0 s and 0 tokens are no measurement; errors are counted apart, `status_counts`)."""
+    zero latency and zero tokens are no measurement; errors are counted apart, `status_counts`)."""
     return _answered(records_frame(records))
 
 

@@ -2,8 +2,8 @@
 
 The paper does not say how a parse failure enters MAE. PHIA with Qwen2.5-14B on DiversityOne decides it: Table 7
 prints 757 of 761 windows unparsed and MAE 2.11 (the same value as Table 3's cell), Table 3 prints its +CoT MAE
-3.15 and the mean predictor's 0.58. Each candidate rule is tested against those printed values, read as intervals
-(a value printed to two decimals is anywhere in [x - 0.005, x + 0.005)). Assumptions, stated in the doc: labels are
+and the mean predictor's. Each candidate rule is tested against those printed values, read as intervals (a value
+printed to two decimals is anywhere in `[x - HALF_CENT, x + HALF_CENT)`). Assumptions, stated in the doc: labels are
 integers on 1-5 (the text: "a daily evening mood self-report", "a single integer self-report target"); the failed
 windows' labels have about the spread the mean predictor's MAE measures; the +CoT windows have the same labels.
 """

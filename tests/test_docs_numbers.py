@@ -31,7 +31,8 @@ MEASURED = {
 PATTERN = re.compile("|".join(f"(?P<{k}>{v})" for k, v in MEASURED.items()))
 # generated blocks: make docs's, and the runbook's plan table (tests/test_plan.py checks it equals `balms plan`)
 GENERATED_BLOCKS = re.compile(r"<!-- BEGIN generated:(\S+) -->.*?<!-- END generated:\1 -->"
-                              r"|<!-- plan \S+ -->.*?<!-- /plan -->", re.S)
+                              r"|<!-- plan \S+ -->.*?<!-- /plan -->"
+                              r"|<!-- (\S+):start .*? -->.*?<!-- \2:end -->", re.S)  # balms.scoring's table
 CODE = re.compile(r"```.*?```|``[^`\n]+``|`[^`\n]*`", re.S)
 # Not ours to measure, by the words before it in its sentence: a number the paper states ("the paper 0.48",
 # "Table 3: PMData 0.48", "Table 7 gives ... 2.11"), an example ("e.g. 1.80") or hardware ("48 GB GPUs").

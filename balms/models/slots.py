@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 STOP = threading.Event()
+_POLL_S = 0.2  # how often a waiting `take` looks at STOP
 
 
 class NotStarted(BaseException):
@@ -69,7 +70,7 @@ class ServerSlots:
     def take(self, keys: Sequence[str], prefer=None) -> str:
         """Block until one of `keys` has a free slot; take it and return that key (among free keys the one with
         the fewest requests in flight; ties: `prefer`'s order, else the order given). Raises NotStarted once STOP
-        is set (checked at least every 0.2 s while waiting)."""
+        is set (checked every `_POLL_S` while waiting)."""
         order = list(prefer or keys)
         with self._cond:
             while True:
@@ -83,7 +84,7 @@ class ServerSlots:
                     self.peak[k] = max(self.peak.get(k, 0), self._busy[k])
                     return k
                 waits = [self._paused_until[k] - now for k in order if self._paused_until.get(k, 0.0) > now]
-                self._cond.wait(timeout=min([0.2, *waits]))
+                self._cond.wait(timeout=min([_POLL_S, *waits]))
 
     def give(self, key: str) -> None:
         with self._cond:
