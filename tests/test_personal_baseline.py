@@ -244,7 +244,7 @@ def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells_on_nested_days
         assert {s.sample_id for s in big} <= {s.sample_id for s in small}, c
     with pytest.raises(config.ConfigError, match="size_n_samples key 'mars'"):
         config.load("cpu-study", size_n_samples={"mars": 3})
-    with pytest.raises(config.ConfigError, match=r"size_n_samples\['pmdata'\] = 0"):
+    with pytest.raises(config.ConfigError, match=r"size_n_samples.pmdata: Input should be greater than 0"):
         config.load("cpu-study", size_n_samples={"pmdata": 0})
 
 

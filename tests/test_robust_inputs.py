@@ -102,7 +102,7 @@ def test_make_notebook_validates_before_it_deletes_the_executed_notebook(tmp_pat
     executed.write_text("{}")
     venv = Path(sys.executable).parent.parent
     for nb, p, said in [("01_prediction", "-p phia_max_iters 0", "phia_max_iters"),
-                        ("01_nope", "", "no notebooks/01_nope.py")]:
+                        ("01_nope", "", "no notebook '01_nope'; the notebooks are")]:
         proc = subprocess.run(["make", "--no-print-directory", "notebook", f"NB={nb}", f"VENV={venv}",
                                f"EXEC_DIR={tmp_path}", f"P={p}"], cwd=paths.PROJECT_ROOT, capture_output=True,
                               text=True, timeout=120, env=os.environ | {"PYTHONPATH": str(paths.PROJECT_ROOT)})
