@@ -145,29 +145,41 @@ def snapshot(profile: str, notebook: str, to: Path) -> int:
     return len(files)
 
 
-def _same_table(a: Path, b: Path) -> bool:
-    """Numbers compared (1e-9), latency columns apart, as `balms bundle compare` does."""
+def _table_differences(a: Path, b: Path) -> list[str]:
+    """What differs, numbers compared (1e-9), latency columns apart, as `balms bundle compare` does ([]: equal)."""
     from balms.bundle import compare_tables
 
-    return not compare_tables(a.parent, b.parent, only=[a.name])
+    return compare_tables(a.parent, b.parent, only=[a.name])
 
 
-def written(profile: str, notebook: str, before: Path) -> list[tuple[str, str]]:
-    """(path, "equal" | "differs" | "new") for every artefact `notebook` wrote in this profile's output: tables
-    by their numbers (latency columns apart), figures by their bytes, against the copy `snapshot` took."""
+# why a re-run's artefact can differ from the committed one, by kind (printed under the list)
+WHY_DIFFERS = {
+    ".csv": "a table's numbers differ only when its answers do: answers made by the model in this run (a cold run's "
+            "answers depend on the llama.cpp build and on the order of the calls, docs/_generated/reproducibility.md)"
+            " or code that computes them differently; with the committed responses and unchanged code they are equal",
+    ".png": "a figure is compared byte for byte: matplotlib, its fonts or the figure style change the bytes, not only "
+            "the numbers (its table says whether the numbers moved)",
+}
+
+
+def written(profile: str, notebook: str, before: Path) -> list[tuple[str, str, str]]:
+    """(path, "equal" | "differs" | "new", what differs) for every artefact `notebook` wrote in this profile's output:
+    tables by their numbers (latency columns apart), figures by their bytes, against the copy `snapshot` took."""
     tdir, _ = output_dirs(profile)
     rows = []
     for f in _notebook_artefacts(tdir / "index.csv", notebook):
         if f.suffix not in (".csv", ".png"):
             continue
         ref = before / f.name
+        what = ""
         if not ref.exists():
             status = "new"
         elif f.suffix == ".csv":
-            status = "equal" if _same_table(f, ref) else "differs"
+            diffs = _table_differences(f, ref)
+            status, what = ("differs", diffs[0][:160]) if diffs else ("equal", "")
         else:
             status = "equal" if f.read_bytes() == ref.read_bytes() else "differs"
-        rows.append((_rel(f), status))
+        rows.append((_rel(f), status, what))
     return rows
 
 
@@ -194,9 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.cmd == "written":
         rows = written(a.profile, a.notebook, Path(a.dir))
-        for p, status in rows:
-            print(f"  {status:8s} {p}")
-        k = {x: sum(s == x for _, s in rows) for x in ("equal", "differs", "new")}
+        for p, status, what in rows:
+            print(f"  {status:8s} {p}" + (f"  ({what})" if what else ""))
+        k = {x: sum(s == x for _, s, _ in rows) for x in ("equal", "differs", "new")}
+        for suffix in sorted({Path(p).suffix for p, s, _ in rows if s == "differs"}):
+            print(f"  why a {suffix} differs: {WHY_DIFFERS[suffix]}")
         print(f"[{a.notebook}] {len(rows)} artefacts written: {k['equal']} equal to the committed ones, "
               f"{k['differs']} differ, {k['new']} new (tables: numbers compared, latency columns apart; "
               f"figures: bytes; committed copies in {a.dir})")

@@ -174,11 +174,13 @@ def test_written_says_equal_or_differs(committed, monkeypatch):
     save(0.5, 1.0, 1)
     report.snapshot("demo", "01_prediction", committed / "before")
     save(0.5, 9.0, 1)  # only a latency column changed
-    got = dict(report.written("demo", "01_prediction", committed / "before"))
+    got = {p: s for p, s, _ in report.written("demo", "01_prediction", committed / "before")}
     assert got == {"tables/cells.csv": "equal", "figures/cells.png": "equal"}, got
     save(0.6, 9.0, 2)
-    got = dict(report.written("demo", "01_prediction", committed / "before"))
-    assert got == {"tables/cells.csv": "differs", "figures/cells.png": "differs"}, got
+    rows = report.written("demo", "01_prediction", committed / "before")
+    assert {p: s for p, s, _ in rows} == {"tables/cells.csv": "differs", "figures/cells.png": "differs"}, rows
+    assert "cells.csv" in dict((p, w) for p, _, w in rows)["tables/cells.csv"]  # what differs, named
+    assert set(report.WHY_DIFFERS) == {".csv", ".png"}  # a reason for every kind `written` compares
     assert idx.exists()
 
 
