@@ -39,7 +39,9 @@ POLICIES: tuple[str, ...] = Policy.__args__
 # the value a parse failure is scored at under policy "fill" (docs/scoring.md: the rule the paper's numbers allow)
 PAPER_FAILURE_FILL = 0
 # Native label scales (METHOD.md); pass `scale=` for anything else.
-DATASET_SCALES: dict[str, tuple[int, int]] = {n: get_dataset(n).scale for n in dataset_names()}
+def dataset_scales() -> dict[str, tuple[int, int]]:
+    """Each registered dataset's label scale, read when asked (a plugin registered after import counts too)."""
+    return {n: get_dataset(n).scale for n in dataset_names()}
 UNPARSEABLE = "unparseable"
 _COLUMNS = ["sample_id", "dataset", "user", "label", "prediction", "system", "model", "cot", "lookback", "executor"]
 
@@ -91,11 +93,12 @@ def _scales(df: pd.DataFrame, scale: tuple[int, int] | None) -> tuple[np.ndarray
         return np.full(len(df), scale[0], float), np.full(len(df), scale[1], float)
     if "dataset" not in df.columns:
         raise ValueError("policy 'worst' needs `scale=` or a dataset column")
-    unknown = set(df["dataset"]) - set(DATASET_SCALES)
+    scales = dataset_scales()
+    unknown = set(df["dataset"]) - set(scales)
     if unknown:
         raise ValueError(f"no known scale for dataset(s) {sorted(unknown)}; pass scale=(lo, hi)")
-    lo = df["dataset"].map(lambda d: DATASET_SCALES[d][0]).to_numpy(float)
-    hi = df["dataset"].map(lambda d: DATASET_SCALES[d][1]).to_numpy(float)
+    lo = df["dataset"].map(lambda d: scales[d][0]).to_numpy(float)
+    hi = df["dataset"].map(lambda d: scales[d][1]).to_numpy(float)
     return lo, hi
 
 
@@ -270,8 +273,8 @@ def confusion(records, *, scale: tuple[int, int] | None = None) -> pd.DataFrame:
     pred = _pred_labels(df)
     labels = set(df["label"].astype(int))
     if scale is None and "dataset" in df.columns and df["dataset"].nunique() == 1 \
-            and df["dataset"].iloc[0] in DATASET_SCALES:
-        scale = DATASET_SCALES[df["dataset"].iloc[0]]
+            and df["dataset"].iloc[0] in dataset_scales():
+        scale = dataset_scales()[df["dataset"].iloc[0]]
     if scale is not None:
         labels |= set(range(scale[0], scale[1] + 1))
     labels |= {p for p in pred if p != UNPARSEABLE}
@@ -355,7 +358,7 @@ def quadratic_kappa(records, *, scale: tuple[int, int] | None = None) -> float:
     y, p = df["label"].astype(int).to_numpy(), df["prediction"].round().astype(int).to_numpy()
     labels = sorted(set(y) | set(p))
     if scale is None and "dataset" in df.columns and df["dataset"].nunique() == 1:
-        scale = DATASET_SCALES.get(df["dataset"].iloc[0])
+        scale = dataset_scales().get(df["dataset"].iloc[0])
     if scale is not None:
         labels = sorted(set(labels) | set(range(scale[0], scale[1] + 1)))
     with np.errstate(invalid="ignore", divide="ignore"):

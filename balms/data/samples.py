@@ -44,7 +44,6 @@ from balms.data.memo import TablesMemo
 from balms.data.registry import dataset_names, get_dataset
 from balms.data.schema import DatasetTables, Sample, Window
 
-DEFAULT_LOOKBACK = {n: get_dataset(n).default_lookback for n in dataset_names()}
 SAMPLE_RULES: dict[str, dict] = {
     "paper_stated": dict(include_target_day=False, history_from="none", min_days_observed=0),
     "healthllm_same_day": dict(include_target_day=True, history_from="first_sensing", min_days_observed=1),
@@ -117,7 +116,7 @@ def build_samples(
     and `history_from` given explicitly override the rule's values.
     """
     name = tables.name
-    L = int(lookback or DEFAULT_LOOKBACK.get(name, 14))
+    L = int(lookback or (get_dataset(name).default_lookback if name in dataset_names() else 14))
     if L < 1:
         raise ValueError(f"lookback must be >= 1, got {L}")
     rule = rule or DEFAULT_RULE
