@@ -57,3 +57,21 @@ def test_an_empty_file_is_named_with_what_was_expected(pm_link, rel, expected):
     with pytest.raises(DataError, match=rf"p01/{rel}: empty file: {expected}".replace("[", r"\[")):
         load_pmdata(pm_link)
 
+
+
+def test_a_globem_csv_of_a_header_alone_is_said_and_counted(globem_dir, tmp_path):
+    """A GLOBEM label or platform file with its header and no row loads as no data, named in the notes and counted."""
+    import shutil
+
+    from balms.data.globem import load_globem
+
+    cohort = next(p for p in sorted(globem_dir.iterdir()) if (p / "SurveyData").is_dir())
+    copy = tmp_path / cohort.name
+    shutil.copytree(cohort, copy)
+    before = load_globem(copy)
+    assert "files_with_no_rows" not in before.dropped
+    platform = copy / "ParticipantsInfoData" / "platform.csv"
+    platform.write_text(platform.read_text().splitlines()[0] + "\n")
+    after = load_globem(copy)
+    assert after.dropped["files_with_no_rows"] == 1
+    assert any("platform.csv: a header and no rows" in n for n in after.notes)

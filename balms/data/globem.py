@@ -56,11 +56,15 @@ TARGETS = {
 LABEL_FILES = {"feel_anxious": "dep_weekly.csv", "phq4_anxiety_EMA": "ema.csv"}
 
 
-def _read_csv(path: Path, usecols=None) -> pd.DataFrame:
+def _read_csv(path: Path, usecols=None, empty: list | None = None) -> pd.DataFrame:
+    """A GLOBEM CSV as strings; one of a header and no row is added to `empty` (the loader says and counts it)."""
     if not path.exists():
         raise DataError(path, "required file missing")
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, usecols=usecols)
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, usecols=usecols)
+        if df.empty and empty is not None:
+            empty.append(path)
+        return df
     except ValueError as exc:  # usecols not found
         raise DataError(path, f"cannot read columns ({exc})") from exc
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -156,6 +160,7 @@ def load_globem(raw_dir: Path, *, label: str = "auto", source: str = "real",
     """Load one cohort or every cohort under `raw_dir`. `channels`: extra allday raw features by
     RAPIDS feature name (e.g. "phone_screen_rapids_countepisodeunlock") or "all" entries."""
     cohorts = _cohorts(raw_dir)
+    empty: list[Path] = []
     defaults = {feat: (name, lab, unit, dec) for name, feat, lab, unit, dec in DEFAULT_CHANNELS}
     daily_parts, sub_parts, label_parts, prof_parts, cats = [], [], [], [], []
     if len(cohorts) == 1:
@@ -196,7 +201,7 @@ def load_globem(raw_dir: Path, *, label: str = "auto", source: str = "real",
         frames = []
         for f, cols in per_file.items():
             path = cohort / "FeatureData" / f
-            df = _read_csv(path, usecols=["pid", "date", *cols])
+            df = _read_csv(path, usecols=["pid", "date", *cols], empty=empty)
             key = pd.DataFrame({"user": df["pid"].str.strip(), "date": _dates(df["date"], path)})
             dup = key.duplicated()
             if dup.any():
@@ -237,7 +242,7 @@ def load_globem(raw_dir: Path, *, label: str = "auto", source: str = "real",
             ldf = pd.DataFrame({"pid": pd.Series([], dtype=str), "date": pd.Series([], dtype=str),
                                 lab_name: pd.Series([], dtype=str)})
         else:
-            ldf = _read_csv(lpath)
+            ldf = _read_csv(lpath, empty=empty)
         used_labels[cohort.name] = lab_name
         for c in ("pid", "date", lab_name):
             if c not in ldf.columns:
@@ -255,7 +260,7 @@ def load_globem(raw_dir: Path, *, label: str = "auto", source: str = "real",
         users = sorted(set(wide.index.get_level_values(0)) | set(lab["user"]))
         prof = pd.DataFrame({"cohort": cohort.name}, index=pd.Index(users, name="user"))
         if pp.exists():
-            pl = _read_csv(pp)
+            pl = _read_csv(pp, empty=empty)
             if "pid" in pl.columns and "platform" in pl.columns:
                 prof["platform"] = pl.set_index(pl["pid"].str.strip())["platform"].reindex(prof.index)
         prof_parts.append(prof)
@@ -272,6 +277,10 @@ def load_globem(raw_dir: Path, *, label: str = "auto", source: str = "real",
     labels = pd.concat(label_parts, ignore_index=True).sort_values(["user", "date"]).reset_index(drop=True)
     catalogue = pd.concat(cats, ignore_index=True)
     notes.append(f"label per cohort: {used_labels}")
+    for path in empty:  # a header and no row: loaded as no data, said and counted
+        notes.append(f"{Path(path).relative_to(raw_dir) if Path(path).is_relative_to(raw_dir) else path}: "
+                     "a header and no rows")
+        dropped["files_with_no_rows"] = dropped.get("files_with_no_rows", 0) + 1
     chans = [chan_meta[n] for n in names]
     t = DatasetTables(
         name="globem", source=source, target=TARGETS[lab_name],  # type: ignore[arg-type]
