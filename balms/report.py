@@ -154,9 +154,10 @@ def _table_differences(a: Path, b: Path) -> list[str]:
 
 # why a re-run's artefact can differ from the committed one, by kind (printed under the list)
 WHY_DIFFERS = {
-    ".csv": "a table's numbers differ only when its answers do: answers made by the model in this run (a cold run's "
-            "answers depend on the llama.cpp build and on the order of the calls, docs/_generated/reproducibility.md)"
-            " or code that computes them differently; with the committed responses and unchanged code they are equal",
+    ".csv": "a table's numbers differ only when its inputs or code do: other data (a synthetic fallback, another "
+            "copy), answers the model made in this run (a cold run's answers depend on the llama.cpp build and on the "
+            "order of the calls, docs/_generated/reproducibility.md) or code that computes them differently; with the "
+            "same data, the committed responses and unchanged code they are equal",
     ".png": "a figure is compared byte for byte: matplotlib, its fonts or the figure style change the bytes, not only "
             "the numbers (its table says whether the numbers moved)",
 }

@@ -116,7 +116,9 @@ def test_changed_code_reruns_the_cell_from_the_response_cache(tmp_path, real_dat
     assert first["misses"] == 2 and first["hits"] == 0
     assert run()["misses"] == 0  # unchanged code: same cell, records read back, no call at all
     parsing = pkg / "balms" / "agents" / "parsing.py"
-    parsing.write_text(parsing.read_text() + "\n# a change that does not alter any prompt\n")
+    parsing.write_text(parsing.read_text() + "\n# a comment alone re-keys nothing (cellspec.code_tokens)\n")
+    assert run()["key"] == first["key"]
+    parsing.write_text(parsing.read_text() + "\n_A_CODE_CHANGE_THAT_ALTERS_NO_PROMPT = 1\n")
     second = run()
     assert second["key"] != first["key"]  # new cell, new run file ...
     assert (second["hits"], second["misses"]) == (2, 0)  # ... computed from the response cache
