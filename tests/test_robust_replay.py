@@ -48,8 +48,10 @@ class Never:
 
 def _run_files(root):
     """Every run file's records without what they say about the run that made them (the scheduler's one list:
-    timings, whether a call was answered from a cache, how many summaries this sample wrote first)."""
-    return {p.relative_to(root).as_posix(): [record_content(r) for r in load_records(p)]
+    timings, whether a call was answered from a cache, how many summaries this sample wrote first), by sample: a
+    run file is appended in the order samples finish, which concurrency decides."""
+    return {p.relative_to(root).as_posix(): sorted((record_content(r) for r in load_records(p)),
+                                                   key=lambda r: r["sample_id"])
             for p in sorted(root.rglob("*.jsonl"))}
 
 
