@@ -498,10 +498,12 @@ def test_worker_runs_niced_as_its_limits_say(frames):
     """The worker lowers its CPU priority before its costly imports, so the harness feeding the servers goes first."""
     with Sandbox(frames, mode="faithful", limits=FAST) as sb:
         seen = sb.run("import os\nprint(os.nice(0))").text.strip()
-    assert seen == str(FAST.nice) and FAST.nice > 0
-    assert sb.mechanisms["nice"] == FAST.nice
+    # nice is relative: under a harness already niced (`nice make test`) the worker adds its own, capped at 19
+    base = os.nice(0)
+    assert seen == str(min(19, base + FAST.nice)) and FAST.nice > 0
+    assert sb.mechanisms["nice"] == min(19, base + FAST.nice)
     with Sandbox(frames, mode="faithful", limits=SandboxLimits(nice=0)) as sb:
-        assert sb.run("import os\nprint(os.nice(0))").text.strip() == "0"
+        assert sb.run("import os\nprint(os.nice(0))").text.strip() == str(base)
 
 
 @slow
