@@ -76,6 +76,9 @@ P_OVERRIDES = [
     # both notebooks still run every backbone through the same routing
     ("ablation_systems", "[healthllm]"), ("executors", "[faithful]"),
     ("anthropic_batch", "true"),
+    # every stand-in is one CPU llama.cpp instance answering several models' calls in turn, so a call's wall time
+    # includes its queue: the default per-call deadline (sized for a GPU server's output speed) would cut it off
+    ("call_deadline_s", "600"),
 ]
 TARGET_S = 900  # the goal: 15 minutes on 2 cores, servers to verdict (measured 760 s idle; said in the verdict line)
 DEADLINE_S = 1200  # the hard stop: past it the notebooks are stopped and the run fails (headroom for a noisy VM)
