@@ -107,7 +107,7 @@ sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root an
 	scripts/sandbox-selftest $(PY)
 
 paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked; goal 15 min, deadline 20 (CI)
-	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)"
+	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)" --timeout-s 2100
 
 fidelity: ## Regenerate docs/fidelity.md from balms/resources/fidelity.yaml (tests/test_fidelity.py checks both)
 	$(PY) -m balms.fidelity --write
