@@ -214,14 +214,18 @@ def _agent_options(agent) -> dict:
 
 
 @contextlib.contextmanager
-def cell_lock(out_path: Path, *, progress: bool = True):
-    """Exclusive lock on a run file for the whole run; a second writer waits and is told who holds it."""
+def cell_lock(out_path: Path, *, progress: bool = True, wait: bool = True):
+    """Exclusive lock on a run file for the whole run; a second writer waits and is told who holds it. With
+    `wait=False` it does not wait: it yields False (nothing held) when another process holds the lock, else True."""
     lock_path = out_path.with_name(out_path.name + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with open(lock_path, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if not wait:
+                yield False
+                return
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             if progress:
@@ -232,7 +236,7 @@ def cell_lock(out_path: Path, *, progress: bool = True):
         fh.write(f"pid {os.getpid()} since {_now()}")
         fh.flush()
         try:
-            yield
+            yield True
         finally:
             fh.seek(0)
             fh.truncate()

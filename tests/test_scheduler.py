@@ -331,3 +331,36 @@ def test_the_judge_phase_keeps_its_server_at_its_concurrency_limit(tmp_path, mon
         assert len(out) == 12 and [v["sample_id"] for v in out] == [r.sample_id for r in recs]
         assert srv.peak_in_flight == 3  # at its limit, never above
         http.close()
+
+
+def test_a_cell_another_process_holds_is_run_after_the_others_not_waited_for_first(servers, tmp_path, monkeypatch,
+                                                                                  real_data):
+    """Two notebooks at once share cells: the second process runs its own cells while the first holds the shared
+    one, then picks the shared one up (already done: nothing recomputed) once its lock is free."""
+    import fcntl
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    use_hash_embedder(monkeypatch)
+    _fresh(monkeypatch, tmp_path, "locks")
+    cfg = _cfg(servers, concurrency=2)
+    mine, shared = _cells(cfg)[:2]  # Qwen's Health-LLM and RAG cells
+    shared_path = shared.spec.run_path(cfg.runs_root())
+    run_cell_spec(cfg, shared, progress=False)  # the other process's work, on disk
+    shared_path.parent.mkdir(parents=True, exist_ok=True)
+    holder = open(shared_path.with_name(shared_path.name + ".lock"), "a+")  # a second open file: another holder
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=run_cells(cfg, [shared, mine], progress=False)), daemon=True)
+    t.start()
+    mine_path = mine.spec.run_path(cfg.runs_root())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(cell_records(mine_path, mine)) < 3:
+        time.sleep(0.05)
+    assert len(cell_records(mine_path, mine)) == 3  # its own cell finished while the shared one stayed locked
+    assert t.is_alive()  # and it waits for the shared cell's lock
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    holder.close()
+    t.join(60)
+    assert not t.is_alive()
+    rep = out["r"]
+    assert [len(r) for r in rep.records] == [3, 3] and rep.results[0].n_new == 0 and rep.results[1].n_new == 3

@@ -146,19 +146,12 @@ def cell_records(path, cell) -> list[PredictionRecord]:
 def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
     """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order (see the
     module doc for order, pools, stops and the cap). A failed cell's error is raised once the samples in flight
-    have ended; under a spending cap the report's `stopped` says how far the run got."""
-    from tqdm.std import tqdm
+    have ended; under a spending cap the report's `stopped` says how far the run got.
 
-    from balms.agents.registry import get_system
-    from balms.experiments.batching import prefetch_cell
-    from balms.experiments.budget import SpendingCap
-    from balms.experiments.cohorts import cohort
-    from balms.experiments.errors import check_cell
-    from balms.models.registry import get_backend
-    from balms.models.slots import drive
-    from balms.runner import CellRun, cell_lock
-    from balms.threads import Pool
-
+    Cells another process is running (its lock is held: two notebooks at once) are left to it and run after the
+    others, once their locks are free: by then their records are on disk (or their calls in the cache), so this
+    process neither waits for the other's whole run nor repeats its calls. Locks are taken in path order (no two
+    processes can each hold a lock the other waits for)."""
     cells = list(cells)
     limits = configure_slots(cfg, list(dict.fromkeys(c.spec.model for c in cells)))
     paths = [c.spec.run_path(cfg.runs_root()) for c in cells]
@@ -166,15 +159,57 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     for i, p in enumerate(paths):
         first_of.setdefault(p, i)
     todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
+    from balms.experiments.budget import SpendingCap
+
     cap = SpendingCap.from_cfg(cfg)
+    results: list = [None] * len(cells)
+    busy = _run_locked(cfg, cells, paths, todo, limits, cap, results, progress=progress, wait=False)
+    if busy:
+        _run_locked(cfg, cells, paths, busy, limits, cap, results, progress=progress, wait=True)
+    why = None
+    if cap is not None and cap.n_refused:
+        n_all = sum(len(cells[i].samples) for i in todo)
+        n_kept = sum(len(cell_records(paths[i], cells[i])) for i in todo)
+        why = (f"spending cap reached ({cap.describe()}): {n_kept} of {n_all} samples done, the rest not started; "
+               "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
+        if progress:
+            where = os.environ.get("BALMS_NOTEBOOK")
+            print(f"[{where}] scheduler: {why}" if where else f"scheduler: {why}", file=sys.stderr, flush=True)
+    records = []
+    for i, c in enumerate(cells):
+        records.append(cell_records(paths[i], c))
+        results[i] = results[i] or results[first_of[paths[i]]]
+    return ScheduleReport(records, results, limits, why)
+
+
+def _run_locked(cfg, cells, paths, todo, limits, cap, results, *, progress: bool, wait: bool) -> list[int]:
+    """Run the cells `todo` whose locks this process takes (all of them with `wait`); returns those left because
+    another process held their lock."""
+    from tqdm.std import tqdm
+
+    from balms.agents.registry import get_system
+    from balms.experiments.batching import prefetch_cell
+    from balms.experiments.cohorts import cohort
+    from balms.experiments.errors import check_cell
+    from balms.models.registry import get_backend
+    from balms.models.slots import drive
+    from balms.runner import CellRun, cell_lock
+    from balms.threads import Pool
+
     where = os.environ.get("BALMS_NOTEBOOK")
     tag = f"[{where}] scheduler" if where else "scheduler"
     runs: dict[int, CellRun] = {}
     left: dict[int, int] = {}
-    results: list = [None] * len(cells)
+    busy: list[int] = []
     with contextlib.ExitStack() as stack:
+        for i in sorted(todo, key=lambda j: str(paths[j])):
+            if not stack.enter_context(cell_lock(paths[i], progress=progress, wait=wait)):
+                busy.append(i)
+        todo = [i for i in todo if i not in busy]
+        if busy and progress:
+            print(f"{tag}: {len(busy)} cell(s) locked by another process: they run after the others",
+                  file=sys.stderr, flush=True)
         for i in todo:
-            stack.enter_context(cell_lock(paths[i], progress=progress))
             co = cohort(cells[i].spec.dataset, cfg)
             backend = get_backend(cells[i].spec.model, cache_mode=cfg.cache_mode, servers=cfg.servers)
             runs[i] = CellRun(cells[i].agent, backend, cells[i].samples, co.tables, paths[i],
@@ -268,16 +303,4 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
         finally:
             for i in todo:
                 results[i] = runs[i].close(status)
-    why = None
-    if cap is not None and cap.n_refused:
-        n_all = sum(len(cells[i].samples) for i in todo)
-        n_kept = sum(len(cell_records(paths[i], cells[i])) for i in todo)
-        why = (f"spending cap reached ({cap.describe()}): {n_kept} of {n_all} samples done, the rest not started; "
-               "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
-        if progress:
-            print(f"{tag}: {why}", file=sys.stderr, flush=True)
-    records = []
-    for i, c in enumerate(cells):
-        records.append(cell_records(paths[i], c))
-        results[i] = results[i] or results[first_of[paths[i]]]
-    return ScheduleReport(records, results, limits, why)
+    return busy
