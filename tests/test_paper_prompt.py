@@ -94,10 +94,10 @@ def test_paper_cot_answer_sentence_parses_only_where_asked(p01):
 
 
 def test_prompt_help_states_the_agents_context_window_defaults(capsys):
-    from balms.agents.prompt_cli import context_window_defaults
     from balms.agents.rag import RAGAgent
     from balms.agents.raptor import RaptorAgent
     from balms.cli import main
+    from balms.cli.prompt import context_window_defaults
 
     with pytest.raises(SystemExit):
         main(["prompt", "--help"])

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import side_venv_tool
 
-from balms import deploy_cli
+from balms.cli import deploy as deploy_cli
 from balms.cli import main as balms_main
 from balms.experiments.config import ExperimentConfig, load
 from balms.models import routing
