@@ -138,7 +138,7 @@ plan-confirm:
 	else read -r -p "Run profile $(PROFILE) as planned above? [y/N] " a || a=; \
 	  case "$$a" in y|Y|yes) ;; *) echo "stopped before any model call (YES=1 skips this question)"; exit 1;; esac; fi
 
-# Progress on the terminal: run_grid announces each cell ("[01_prediction] cell 3/12: pmdata rag ... zs L14") and
+# Progress on the terminal: experiments.run announces each cell ("[01_prediction] cell 3/12: pmdata rag ... zs L14") and
 # the runner draws its bar, both on the kernel's stderr; --stderr-file - passes that stream through as it
 # arrives (a bar updates in place). papermill's own "Executing: 8%" bar would share the line, so it is off;
 # its INFO lines (paths, kernel name) are dropped with --log-level WARNING, warnings and errors still show.
