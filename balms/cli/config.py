@@ -39,7 +39,7 @@ def _cmd(args) -> int:
 
 
 def register(sub) -> None:
-    """`balms config show|notebooks|params`."""
+    """`balms config show|notebooks|executed-dir|params`."""
     p = sub.add_parser("config", help="a profile's resolved configuration; a notebook's own parameters")
     s = p.add_subparsers(dest="cmd", required=True)
     show = s.add_parser("show", help="the resolved configuration of a profile, as JSON")
