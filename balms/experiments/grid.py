@@ -163,9 +163,9 @@ def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, k
 
 def run(cfg: ExperimentConfig, what, part: str | None = None, *, keep_transcript: bool = False,
         progress: bool = True) -> pd.DataFrame:
-    """The one way to run cells, for the notebooks, `balms run` and tests. `what`: a notebook's name (the cells
-    balms.experiments.cells declares for it, or one `part` of them), several notebooks' names (their cells in one
-    scheduler: `balms run --notebooks 01_prediction,02_cot`), or cells: declarations (`CellDecl`, e.g.
+    """The one way to run cells (the notebooks, `balms run --notebooks`, the tests). `what`: a notebook's name (its
+    cells as balms.experiments.cells declares them, or one `part` of them), several notebooks' names (their cells in
+    one scheduler: `balms run --notebooks 01_prediction,02_cot`), or cells: declarations (`CellDecl`, e.g.
     `adhoc_cells(...)` for a question of one's own) or built `Cell`s (`make_cell`, `Cell.from_spec`).
 
     All in flight (balms.experiments.scheduler: every server busy, each cell resumable, its records the same as
