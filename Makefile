@@ -25,7 +25,7 @@ $(error profile $(PROFILE): see the message above)
 endif
 NOTEBOOKS := $(or $(NOTEBOOKS),$(sort $(wildcard notebooks/[0-9][0-9]_*.py)))
 # notebooks/executed/<profile>, or build/synthetic/<profile>/executed when a dataset falls back (balms.paths)
-EXEC_DIR  ?= $(or $(shell test -x $(PY) && BALMS_ALLOW_SYNTHETIC=$(if $(findstring allow_synthetic true,$(P)),1,$$BALMS_ALLOW_SYNTHETIC) $(PY) -m balms.paths executed-dir $(PROFILE)),notebooks/executed/$(PROFILE))
+EXEC_DIR  ?= $(or $(shell test -x $(PY) && BALMS_ALLOW_SYNTHETIC=$(if $(findstring allow_synthetic true,$(P)),1,$$BALMS_ALLOW_SYNTHETIC) $(PY) -m balms.cli config executed-dir $(PROFILE)),notebooks/executed/$(PROFILE))
 EXECUTED  := $(patsubst notebooks/%.py,$(EXEC_DIR)/%.ipynb,$(NOTEBOOKS))
 RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
@@ -112,10 +112,10 @@ paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (Sm
 	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)" --timeout-s 2100
 
 fidelity: ## Regenerate docs/fidelity.md from balms/resources/fidelity.yaml (tests/test_fidelity.py checks both)
-	$(PY) -m balms.fidelity --write
+	$(PY) -m balms.cli docs fidelity --write
 
 data: ## Build samples and tables/data_summary.csv for every dataset (real where present, else synthetic)
-	$(PY) -m balms.data.summary --all
+	$(PY) -m balms.cli data write --all
 
 PARAMS_STAMP := $(EXEC_DIR)/.params
 $(PARAMS_STAMP): FORCE  # re-run the notebooks when P changes
@@ -123,7 +123,7 @@ $(PARAMS_STAMP): FORCE  # re-run the notebooks when P changes
 FORCE:
 
 paper: $(EXECUTED) ## Run every notebook with papermill (PROFILE=demo by default), then index the artefacts
-	$(PY) -m balms.report index --profile $(PROFILE)
+	$(PY) -m balms.cli report index --profile $(PROFILE)
 
 plan: ## Calls, tokens, GPU hours and Claude cost of PROFILE before any model call (balms plan)
 	$(PY) -m balms.cli plan --profile $(PROFILE) --set "$$BALMS_P"
@@ -140,7 +140,7 @@ plan-confirm:
 	else read -r -p "Run profile $(PROFILE) as planned above? [y/N] " a || a=; \
 	  case "$$a" in y|Y|yes) ;; *) echo "stopped before any model call (YES=1 skips this question)"; exit 1;; esac; fi
 
-# Progress on the terminal: run_grid announces each cell ("[01_prediction] cell 3/12: pmdata rag ... zs L14") and
+# Progress on the terminal: experiments.run announces each cell ("[01_prediction] cell 3/12: pmdata rag ... zs L14") and
 # the runner draws its bar, both on the kernel's stderr; --stderr-file - passes that stream through as it
 # arrives (a bar updates in place). papermill's own "Executing: 8%" bar would share the line, so it is off;
 # its INFO lines (paths, kernel name) are dropped with --log-level WARNING, warnings and errors still show.
@@ -173,10 +173,10 @@ notebook: ## Re-run one notebook: make notebook NB=01_prediction [PROFILE=demo] 
 	@$(PY) -m balms.cli config params --profile $(PROFILE) --notebook notebooks/$(NB).py --set "$$BALMS_P" --out /dev/null
 	@if [ -f $(RESPONSES) ]; then $(PY) -m balms.cli bundle import-responses $(RESPONSES) >/dev/null \
 	  && echo "[$(NB)] committed responses $(RESPONSES) imported into the cache"; fi
-	@$(PY) -m balms.report snapshot --profile $(PROFILE) --notebook $(NB) --dir $(NB_BEFORE)
+	@$(PY) -m balms.cli report snapshot --profile $(PROFILE) --notebook $(NB) --dir $(NB_BEFORE)
 	rm -f $(EXEC_DIR)/$(NB).ipynb
 	$(MAKE) --no-print-directory $(EXEC_DIR)/$(NB).ipynb PROFILE=$(PROFILE) P='$(P)' EXEC_DIR=$(EXEC_DIR)
-	@$(PY) -m balms.report written --profile $(PROFILE) --notebook $(NB) --dir $(NB_BEFORE)
+	@$(PY) -m balms.cli report written --profile $(PROFILE) --notebook $(NB) --dir $(NB_BEFORE)
 
 RESPONSES := results/$(PROFILE)/responses.jsonl.gz
 export-responses: ## Write the responses this profile's records name to results/<profile>/ (commit it with the tables)
@@ -216,7 +216,7 @@ lab: ## JupyterLab on notebooks/ with the project's balms kernel (LAB_PORT=8888,
 	  $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 report: ## Static HTML report: executed notebooks, artefact index, a page per run and prediction
-	$(PY) -m balms.report html --profile $(PROFILE) --out report --set "$$BALMS_P"
+	$(PY) -m balms.cli report html --profile $(PROFILE) --out report --set "$$BALMS_P"
 
 bench: bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix ## All benchmarks (ratios measured in one run)
 

@@ -256,7 +256,7 @@ def trace_table(records, *, subday_frames: Iterable[str] = SUBDAY_FRAMES) -> pd.
     """One row per record: its ids and F1-F5 counts."""
     if isinstance(records, pd.DataFrame):
         if "transcript" not in records.columns:
-            raise ValueError("records frame has no 'transcript' column (run_grid(..., keep_transcript=True))")
+            raise ValueError("records frame has no 'transcript' column (experiments.run(..., keep_transcript=True))")
         rows_in = records.to_dict("records")
     else:
         rows_in = list(records)

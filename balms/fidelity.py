@@ -1,16 +1,14 @@
 """The fidelity table (balms/resources/fidelity.yaml): load, check and render it as the book page
 docs/fidelity.md, so the table a reader sees is the one the tests check.
 
-    python -m balms.fidelity --write     # regenerate docs/fidelity.md
-    python -m balms.fidelity --check     # exit 1 when docs/fidelity.md differs from the file
+    balms docs fidelity --write     # regenerate docs/fidelity.md
+    balms docs fidelity --check     # exit 1 when docs/fidelity.md differs from the file
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,7 +146,7 @@ def render(rows: list[Row]) -> str:
     lines = [
         "# Fidelity: every method detail of the paper, where it lives, how close",
         "",
-        "<!-- generated from balms/resources/fidelity.yaml by `python -m balms.fidelity --write`; do not edit -->",
+        "<!-- generated from balms/resources/fidelity.yaml by `balms docs fidelity --write`; do not edit -->",
         "",
         "`exact` = as the paper states it; `option` = the paper's choice is a named option (the note says which "
         "profile uses it); `differs` = not the paper's, and why; `paper inconsistent` = the paper contradicts "
@@ -177,24 +175,3 @@ def render(rows: list[Row]) -> str:
         if r.kind == "exact":
             lines.append(f"| `{r.id}` | {_cell(r.compares)} | {', '.join(f'`{p}`' for p in r.passages) or '-'} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--write", action="store_true", help=f"write {DOC_FILE.relative_to(paths.PROJECT_ROOT)}")
-    g.add_argument("--check", action="store_true", help="exit 1 if the page differs from the file")
-    a = ap.parse_args(argv)
-    text = render(load())
-    if a.write:
-        DOC_FILE.parent.mkdir(parents=True, exist_ok=True)
-        DOC_FILE.write_text(text, encoding="utf-8")
-        return 0
-    same = DOC_FILE.exists() and DOC_FILE.read_text(encoding="utf-8") == text
-    if not same:
-        print(f"{DOC_FILE} differs from {FIDELITY_FILE}: run python -m balms.fidelity --write", file=sys.stderr)
-    return 0 if same else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

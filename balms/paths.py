@@ -180,9 +180,3 @@ def executed_dir(profile: str) -> Path:
         return SYNTHETIC_OUTPUT / profile / "executed"
     return PROJECT_ROOT / "notebooks" / "executed" / profile
 
-
-if __name__ == "__main__":  # make: `python -m balms.paths executed-dir PROFILE`
-    import sys
-
-    _, what, profile = sys.argv
-    print(_rel_root(executed_dir(profile)) if what == "executed-dir" else sys.exit(f"unknown {what!r}"))

@@ -109,7 +109,7 @@ def fill_rule_table(cell: PrintedCell | None = None) -> pd.DataFrame:
 
 
 DOC_FILE_NAME = "scoring.md"
-_START, _END = "<!-- fill-rules:start (python -m balms.scoring --write) -->", "<!-- fill-rules:end -->"
+_START, _END = "<!-- fill-rules:start (balms docs scoring --write) -->", "<!-- fill-rules:end -->"
 
 
 def _yes(v: bool) -> str:
@@ -132,25 +132,3 @@ def with_table(doc: str) -> str:
     head, rest = doc.split(_START, 1)
     _, tail = rest.split(_END, 1)
     return f"{head}{_START}\n{render_table()}\n{_END}{tail}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from balms import paths
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help=f"rewrite docs/{DOC_FILE_NAME}'s generated table")
-    args = ap.parse_args(argv)
-    doc = paths.PROJECT_ROOT / "docs" / DOC_FILE_NAME
-    text = doc.read_text(encoding="utf-8")
-    new = with_table(text)
-    if args.write:
-        doc.write_text(new, encoding="utf-8")
-        return 0
-    print(render_table())
-    return 0 if new == text else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

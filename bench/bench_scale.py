@@ -73,7 +73,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def grid_cells(cfg):
-    """Notebook 01's cells (run_grid's combinations: datasets x backbones x systems, zero-shot)."""
+    """Notebook 01's cells (adhoc_cells' combinations: datasets x backbones x systems, zero-shot)."""
     from balms.experiments.grid import make_cell
 
     return [make_cell(cfg, d, s, m2) for d in cfg.datasets for m in cfg.backbones for s in cfg.systems
@@ -98,7 +98,7 @@ def use_dirs(base: Path) -> None:
 
 
 def run_grid_once(n_servers: int, compression: float, samples: int, datasets: list[str], base: Path) -> dict:
-    from balms.experiments.scheduler import run_cells
+    from balms.experiments.scheduler import schedule_cells
     from balms.models.registry import spec
 
     use_dirs(base)
@@ -110,7 +110,7 @@ def run_grid_once(n_servers: int, compression: float, samples: int, datasets: li
         load0 = os.getloadavg()
         kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu0, t0, m0 = time.process_time(), time.perf_counter(), time.monotonic()
-        rep = run_cells(cfg, cells, progress=False)
+        rep = schedule_cells(cfg, cells, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # PHIA's sandbox workers (the servers still run)
         kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)

@@ -59,7 +59,7 @@ from balms.experiments import claims
 cfg = ex.from_notebook(globals())
 NB = "03_long_horizon"
 model = cfg.horizon_model
-recs = ex.horizon_grid(cfg)
+recs = ex.run(cfg, NB)
 summary = ex.summarize(recs, cfg=cfg)
 src, cap = report.source_label(recs["source"]), report.model_caption(ex.models_run(recs))
 

@@ -58,7 +58,7 @@ from balms.experiments import claims
 cfg = ex.from_notebook(globals())
 NB = "04_ablations"
 print("GLOBEM wearable channels:", ex.channel_sets(cfg)["globem_wearable"])
-recs = ex.run_declared(cfg, NB, "globem_channels")  # full vs Fitbit-only, zero-shot and CoT (`channel_set`)
+recs = ex.run(cfg, NB, "globem_channels")  # full vs Fitbit-only, zero-shot and CoT (`channel_set`)
 summary = ex.summarize(recs, by=["dataset", "system", "model", "cot", "channel_set"], cfg=cfg)
 src = report.source_label(summary["source"].str.split(";").explode())
 cap = report.model_caption(ex.models_run(recs))
@@ -113,7 +113,7 @@ pd.DataFrame({"Table 3": ds.iloc[0].values, "Table 4": ds4.iloc[0].values}, inde
 
 # %%
 print("PMData sleep + resting HR channels:", ex.channel_sets(cfg)["pmdata_sleep_hr"])
-pm_recs = ex.run_declared(cfg, NB, "pmdata_channels")  # three channel sets (`channel_set`)
+pm_recs = ex.run(cfg, NB, "pmdata_channels")  # three channel sets (`channel_set`)
 pm_sum = ex.summarize(pm_recs, by=["dataset", "system", "model", "channel_set"], cfg=cfg)
 report.save_table(pm_sum, "ablation_pmdata_channels", artefact="Table 4 (PMData analogue)", notebook=NB,
                   source=report.source_label(pm_sum["source"]), profile=cfg.profile, models=ex.models_run(pm_recs),
@@ -148,7 +148,7 @@ for cs in [c for c in pm_recs.channel_set.unique() if c != "all + same-day mood"
 # of the night. Same samples, same model; the difference is paired per sample, CI by participant bootstrap.
 
 # %%
-st_recs = ex.run_declared(cfg, NB, "prompt_style")  # the paper's template vs the corrected one (`style`)
+st_recs = ex.run(cfg, NB, "prompt_style")  # the paper's template vs the corrected one (`style`)
 st_sum = ex.summarize(st_recs, by=["dataset", "system", "model", "style"], cfg=cfg)
 rows = []
 for m, g in st_recs.groupby("model"):

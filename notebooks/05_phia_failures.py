@@ -59,7 +59,7 @@ from balms.experiments import claims
 
 cfg = ex.from_notebook(globals())
 NB = "05_phia_failures"
-recs = ex.run_declared(cfg, NB, keep_transcript=True)  # PHIA once per executor contract (`executor` column)
+recs = ex.run(cfg, NB, keep_transcript=True)  # PHIA once per executor contract (`executor` column)
 src = report.source_label(recs["source"])
 models = ex.models_run(recs)  # PHIA's backbone as recorded (the profile may give PHIA its own: system_backbones)
 cap = report.model_caption(models)

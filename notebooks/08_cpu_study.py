@@ -49,10 +49,10 @@ from balms.experiments import claims, study
 
 cfg = ex.from_notebook(globals())
 NB = "08_cpu_study"
-zs = ex.run_declared(cfg, "01_prediction")  # notebook 01's cells
-cot = ex.run_cells(cfg, [c for c in ex.cells_for("02_cot", cfg) if c.cot])  # notebook 02's CoT cells
-horizon = ex.run_declared(cfg, "03_long_horizon")
-phia = ex.run_declared(cfg, "05_phia_failures")
+zs = ex.run(cfg, "01_prediction")  # notebook 01's cells
+cot = ex.run(cfg, [c for c in ex.cells_for("02_cot", cfg) if c.cot])  # notebook 02's CoT cells
+horizon = ex.run(cfg, "03_long_horizon")
+phia = ex.run(cfg, "05_phia_failures")
 size = study.declared_part(cfg, NB, "size")  # this notebook's own cells: the single-call systems on `size_backbones`
 sensor = study.declared_part(cfg, NB, "sensor_test")  # the sensor test (issue 39; empty while it is off)
 every = pd.concat([x for x in (zs, cot, horizon, phia, size, sensor) if len(x)], ignore_index=True)

@@ -83,7 +83,7 @@ def test_prefetch_single_call_cell_then_normal_run_makes_no_direct_call(
 ):
     from balms.experiments.batching import prefetch_cell
     from balms.experiments.config import load
-    from balms.experiments.grid import make_cell, run_cell_spec
+    from balms.experiments.grid import make_cell, records_of
 
     with FakeAnthropicBatchServer(outcomes=["succeeded", "invalid"]) as srv:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
@@ -95,7 +95,7 @@ def test_prefetch_single_call_cell_then_normal_run_makes_no_direct_call(
         cell = make_cell(cfg, "globem", "healthllm", "Claude-Haiku-4.5", cot=True)
         out = prefetch_cell(cfg, cell, poll_s=0, progress=None)
         assert out["batched"] and out["submitted"] == 3 and out["succeeded"] == 2 and len(out["failed"]) == 1
-        recs = run_cell_spec(cfg, cell, progress=False)
+        recs = records_of(cfg, [cell], progress=False)[0]
         assert len(recs) == 3 and all(r.raw_answer.startswith("echo:") for r in recs)
         assert srv.direct == 1  # only the request that failed in its batch was made directly
         phia = make_cell(cfg, "globem", "phia", "Claude-Haiku-4.5")

@@ -17,7 +17,7 @@ from balms.codegraph import Edge, imports_of, modules_of
 
 # Layer of every module, lowest first. A key is a module or package name (it covers the package's modules)
 # or an fnmatch pattern (with "*"); a pattern beats a name, and among several matching patterns the highest
-# layer wins, so a package's own `cli.py` sits with the CLIs. `balms` (the package root) covers only itself.
+# layer wins. `balms` (the package root) covers only itself.
 LAYERS: dict[str, int] = {
     "balms": 0,
     "balms.paths": 0,
@@ -44,11 +44,8 @@ LAYERS: dict[str, int] = {
     "balms.bundle": 7,
     "balms.report*": 7,
     "balms.figures_style": 7,
-    # command lines may import anything
+    # the command line (one module per command) may import anything
     "balms.cli": 8,
-    "balms.run_cli": 8,
-    "balms.*.cli": 8,
-    "balms.*_cli": 8,
 }
 # Lower-layer imports that still go against the data flow: whatever consumes records (judges, metrics,
 # failures) learns what an agent did from its PredictionRecord and rebuilds windows from balms.data, never
@@ -58,6 +55,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "balms.metrics": ("balms.sandbox", "balms.agents", "balms.runner"),
     "balms.failures": ("balms.sandbox", "balms.agents", "balms.runner"),
 }
+# modules outside balms.cli with a `__main__` block, and why it is not a command
+MAIN_BLOCKS = {"balms.sandbox.worker": "the sandbox's child process, started by the executor, not by a user"}
 ROOT = "balms"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / ROOT
 
@@ -135,6 +134,25 @@ def cycles(edges: list[Edge]) -> list[list[str]]:
     return [sorted(str(e) for e in edges if e.importer in c and e.imported in c) for c in comps]
 
 
+def command_line_code(modules: dict[str, Path]) -> list[str]:
+    """Command-line code outside balms.cli: an argparse import, or a `__main__` block not in MAIN_BLOCKS."""
+    import ast
+
+    out = []
+    for m, path in sorted(modules.items()):
+        if _within(m, f"{ROOT}.cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if "argparse" in names:
+                out.append(f"{m}:{node.lineno}: imports argparse")
+            if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and m not in MAIN_BLOCKS
+                    and "__main__" in ast.unparse(node.test)):
+                out.append(f"{m}:{node.lineno}: a __main__ block")
+    return out
+
+
 # ------------------------------------------------------------------------------------------- tests
 def test_every_module_has_a_layer():
     modules, _ = all_edges()
@@ -155,6 +173,14 @@ def test_no_import_cycles():
     assert not found, f"{len(found)} import cycle(s):\n" + "\n\n".join("\n".join(c) for c in found)
 
 
+def test_the_command_line_lives_in_one_package():
+    """`balms` and `python -m balms.cli` are the only command lines: each command is one module of balms.cli."""
+    modules, _ = all_edges()
+    assert MAIN_BLOCKS.keys() <= modules.keys(), "MAIN_BLOCKS names a module that no longer exists"
+    found = command_line_code(modules)
+    assert not found, "command-line code outside balms/cli (move it to a command module):\n" + "\n".join(found)
+
+
 def test_the_checker_finds_planted_violations_and_cycles(tmp_path):
     """The checks above can fail: a planted upward (relative) import, a forbidden function-level import
     and the cycle they close."""
@@ -164,7 +190,9 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path):
         "paths.py": "",
         "data/__init__.py": "",
         "data/render.py": "from balms.paths import x\n",
-        "data/cli.py": "from balms.experiments import run\n",  # a CLI: allowed
+        "cli/__init__.py": "import argparse\n",  # the command line: may import anything, and argparse
+        "cli/data.py": "from balms.experiments import run\n",
+        "data/summary.py": "import argparse\nif __name__ == '__main__':\n    pass\n",  # a command outside
         "judges/__init__.py": "",
         "judges/grade.py": "def f():\n    from balms.agents.common import get_window\n",  # lower, but FORBIDDEN
         "agents/__init__.py": "",
@@ -175,9 +203,11 @@ def test_the_checker_finds_planted_violations_and_cycles(tmp_path):
     for rel, text in files.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
-    _, edges = all_edges(pkg)
+    modules, edges = all_edges(pkg)
     assert "balms.data.render" in {e.imported for e in edges if e.importer == "balms.experiments"}
-    assert layer_of("balms.data.cli") == ("balms.*.cli", 8) and layer_of("balms.report_html") == ("balms.report*", 7)
+    assert layer_of("balms.cli.data") == ("balms.cli", 8) and layer_of("balms.report_html") == ("balms.report*", 7)
+    assert command_line_code(modules) == ["balms.data.summary:1: imports argparse",
+                                          "balms.data.summary:2: a __main__ block"]
     assert layer_of("balms") == ("balms", 0) and layer_of("balms.unplaced") is None
     bad = layer_violations(edges)
     assert bad == [("balms/agents/common.py:1: balms.agents.common imports balms.runner  "

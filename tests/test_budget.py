@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from balms.experiments.budget import SpendingCapReached, call_usage, spend_of
+from balms.experiments.cells import adhoc_cells
 from balms.experiments.config import ExperimentConfig
-from balms.experiments.grid import make_cell, run_grid
+from balms.experiments.grid import make_cell, run
 from balms.experiments.plan import THROUGHPUT
-from balms.experiments.scheduler import record_content, run_cells
+from balms.experiments.scheduler import record_content, schedule_cells
 from balms.records import PredictionRecord, Step
 from fake_servers import AnsweringOpenAIServer
 
@@ -36,7 +37,7 @@ def _cfg(servers, **kw):
 def _run(servers, **kw):
     cfg = _cfg(servers, **kw)
     cells = [make_cell(cfg, "pmdata", "healthllm", m) for m in cfg.backbones]
-    return run_cells(cfg, cells, progress=False)
+    return schedule_cells(cfg, cells, progress=False)
 
 
 def test_cap_stops_before_it_keeps_and_resumes_when_raised(servers, tmp_path, monkeypatch, real_data):
@@ -56,7 +57,8 @@ def test_cap_stops_before_it_keeps_and_resumes_when_raised(servers, tmp_path, mo
     same = _run(servers, max_gpu_hours=cap)  # the same cap again: already spent, nothing more
     assert sum(len(recs) for recs in same.records) == 3 and same.stopped
     with pytest.raises(SpendingCapReached, match="3 of 8 samples done"):  # a notebook's grid stops, saying so
-        run_grid(_cfg(servers, max_gpu_hours=cap))
+        capped = _cfg(servers, max_gpu_hours=cap)
+        run(capped, adhoc_cells(capped))
 
     raised = _run(servers, max_gpu_hours=10 * PER_SAMPLE_H)
     assert raised.stopped is None
@@ -90,11 +92,11 @@ def test_a_warm_cache_teaches_no_cost_and_the_cap_holds(servers, tmp_path, monke
     cfg = _cfg(servers, server_slots=8).replace(n_samples=24, concurrency=8)
     samples = make_cell(cfg, "pmdata", "healthllm", model).samples
     assert len(samples) == 24
-    run_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", model, samples=samples[:6])], progress=False)
+    schedule_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", model, samples=samples[:6])], progress=False)
     warm = sum(len(s.requests) for s in servers)
     assert warm == 6
     capped = cfg.replace(max_gpu_hours=5.5 * PER_SAMPLE_H)  # a fresh run file (other samples): as after clean-runs
-    report = run_cells(capped, [make_cell(capped, "pmdata", "healthllm", model, samples=samples)], progress=False)
+    report = schedule_cells(capped, [make_cell(capped, "pmdata", "healthllm", model, samples=samples)], progress=False)
     real = sum(len(s.requests) for s in servers) - warm
     recs = report.records[0]
     paid = [r for r in recs if not all(st.meta.get("cached") for st in r.transcript if st.kind == "completion")]

@@ -282,7 +282,7 @@ def test_export_after_a_notebook_run_packs_every_response_the_records_used(tmp_p
     import balms.models.registry as reg
     import balms.models.routing as routing
     from balms.experiments.config import ExperimentConfig
-    from balms.experiments.grid import run_notebooks
+    from balms.experiments.grid import run
     from tests.test_experiments import Scripted
 
     monkeypatch.setenv("BALMS_RAW_DIR", str(tmp_path / "no_raw"))  # -> synthetic cohorts
@@ -296,7 +296,7 @@ def test_export_after_a_notebook_run_packs_every_response_the_records_used(tmp_p
         monkeypatch.setattr(reg, "get_backend", lambda name=None, **kw: CachedBackend(
             backend, reg.shared_cache(), mode="replay" if isinstance(backend, NeverCalled) else "rw"))
         ex.cohorts._cohort.cache_clear()
-        df = run_notebooks(cfg, ["01_prediction", "02_cot"])
+        df = run(cfg, ["01_prediction", "02_cot"])
         judged = ex.judge_grid(cfg)
         case = ex.judge_case_study(cfg)
         return df, judged, case

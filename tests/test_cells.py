@@ -103,6 +103,33 @@ def test_cells_for_declares_each_notebooks_grid():
     assert ex.cells_for("00_preprocessing", cfg) == []
 
 
+def test_run_takes_a_notebook_its_part_several_notebooks_or_cells(monkeypatch):
+    """`ex.run` is the one entry point: what it runs is a notebook's declared cells (or one part), several
+    notebooks' cells, or the cells given; a name or part it does not know is refused before any cell is built."""
+    from balms.experiments import grid
+
+    cfg = ExperimentConfig(datasets=["pmdata"], backbones=["a"], cot_systems=["healthllm"])
+    seen = []
+    monkeypatch.setattr("balms.models.routing.check_models", lambda models, *a, **k: seen.append(models) or 1 / 0)
+    for what, part, want in (("01_prediction", None, ex.cells_for("01_prediction", cfg)),
+                             ("04_ablations", "prompt_style",
+                              [c for c in ex.cells_for("04_ablations", cfg) if c.part == "prompt_style"]),
+                             (["01_prediction", "02_cot"], None,
+                              ex.cells_for("01_prediction", cfg) + ex.cells_for("02_cot", cfg)),
+                             (ex.adhoc_cells(cfg), None, ex.adhoc_cells(cfg))):
+        assert grid._declarations(cfg, what, part) == want
+        with pytest.raises(ZeroDivisionError):  # the run reaches the model check with those cells' models
+            ex.run(cfg, what, part)
+        assert seen.pop() == list(dict.fromkeys(c.model for c in want))
+    with pytest.raises(ValueError, match="unknown notebook"):
+        ex.run(cfg, "99_nope")
+    with pytest.raises(ValueError, match="declares no part 'nope'"):
+        ex.run(cfg, "04_ablations", "nope")
+    with pytest.raises(ValueError, match="`part` selects among a notebook's declared cells"):
+        ex.run(cfg, ex.adhoc_cells(cfg), "prompt_style")
+    assert seen == []
+
+
 def test_ablation_cells_include_every_part(real_data):
     cfg = load("demo", raw_root=str(real_data))
     parts = {c.part for c in ex.cells_for("04_ablations", cfg)}
@@ -161,9 +188,9 @@ def test_after_a_prompt_change_only_the_new_cells_are_current(scripted, monkeypa
     from balms.report_html import build_report
 
     cfg, tmp = scripted
-    old = ex.run_declared(cfg, "01_prediction", progress=False)
+    old = ex.run(cfg, "01_prediction", progress=False)
     changed = cfg.replace(prompt_style="corrected")  # a prompt change: every cell gets a new key
-    new = ex.run_declared(changed, "01_prediction", progress=False)
+    new = ex.run(changed, "01_prediction", progress=False)
     assert set(old.cell_key).isdisjoint(new.cell_key)
     st = runfiles.status(changed)
     assert {runfiles.key_of(p) for p in st.current} == set(new.cell_key)
@@ -193,7 +220,7 @@ def test_runs_status_strict_fails_on_a_superseded_file(scripted, capsys):
     from balms.cli import main
 
     cfg, tmp = scripted
-    ex.run_declared(cfg, "01_prediction", progress=False)
+    ex.run(cfg, "01_prediction", progress=False)
     (cfg.runs_root() / "pmdata" / "healthllm__x__zs__L14__0123456789abcdef.jsonl").write_text("")
     prof = tmp / "profiles"
     prof.mkdir()

@@ -88,7 +88,7 @@ from balms import experiments as ex
 from balms.experiments.grid import run_path_of
 
 cfg = ex.ExperimentConfig(profile="t", datasets=["pmdata"], n_samples=2, zs_max_tokens=8)
-recs = ex.run_cell(cfg, "pmdata", "healthllm", "smollm2-135m", progress=False)
+recs = ex.records_of(cfg, [ex.make_cell(cfg, "pmdata", "healthllm", "smollm2-135m")], progress=False)[0]
 man = json.loads(run_path_of(cfg, recs[0]).with_suffix("").with_suffix(".manifest.json").read_text())
 print(json.dumps({"key": recs[0].cell["key"], "hits": man["sessions"][-1].get("cache_hits"),
                   "misses": man["sessions"][-1].get("cache_misses"),

@@ -71,12 +71,12 @@ def test_eval_samples_are_seeded_and_identical_across_calls(env):
     assert set(s.sample_id for s in a) <= set(s.sample_id for s in co.test)
 
 
-def test_run_grid_is_cached_and_resumable(env):
+def test_an_adhoc_run_is_cached_and_resumable(env):
     cfg, backend = env
-    df = ex.run_grid(cfg, cots=(False, True))
+    df = ex.run(cfg, ex.adhoc_cells(cfg, cots=(False, True)))
     assert len(df) == 8 and set(df["cot"]) == {False, True} and (df["prediction"] == 3).all()
     calls = backend.calls
-    again = ex.run_grid(cfg, cots=(False, True))
+    again = ex.run(cfg, ex.adhoc_cells(cfg, cots=(False, True)))
     assert backend.calls == calls  # every record read back from the run files, no model call
     pd.testing.assert_frame_equal(df.reset_index(drop=True), again.reset_index(drop=True))
 
@@ -85,10 +85,11 @@ def test_cot_cells_only_for_cot_systems_in_every_grid(env):
     """`cot_systems` decides which systems get CoT cells wherever a notebook asks for them (02, 04, 06)."""
     cfg, _ = env
     cfg = cfg.replace(systems=["healthllm", "rag"], cot_systems=["healthllm"], n_samples=1)
-    df = ex.run_grid(cfg, cots=(False, True))
+    df = ex.run(cfg, ex.adhoc_cells(cfg, cots=(False, True)))
     cells = sorted(set(zip(df.system, df.cot, strict=True)))
     assert cells == [("healthllm", False), ("healthllm", True), ("rag", False)]
-    assert len(ex.run_grid(cfg.replace(cot_systems=None), cots=(True,))) == 2  # None: every system
+    every = cfg.replace(cot_systems=None)
+    assert len(ex.run(every, ex.adhoc_cells(every, cots=(True,)))) == 2  # None: every system
 
 
 def test_with_lookback_keeps_target_and_window_end(env):
@@ -107,7 +108,8 @@ def test_config_lookback_cuts_every_cell_window_on_the_same_target_days(env):
     assert [(s.user, s.target_date, s.window_end) for s in short] == [
         (s.user, s.target_date, s.window_end) for s in own]
     assert eval_samples(cfg.replace(lookback=3), "pmdata", lookback=7)[0].lookback == 7  # an explicit sweep wins
-    df = ex.run_grid(cfg.replace(lookback=3, n_samples=1))
+    short = cfg.replace(lookback=3, n_samples=1)
+    df = ex.run(short, ex.adhoc_cells(short))
     assert list(df["lookback"]) == [3]
     with pytest.raises(ex.ConfigError, match="lookback"):
         cfg.replace(lookback=0)
@@ -115,7 +117,7 @@ def test_config_lookback_cuts_every_cell_window_on_the_same_target_days(env):
 
 def test_summarize_and_table3_layout(env):
     cfg, _ = env
-    df = ex.run_grid(cfg, cots=(False,))
+    df = ex.run(cfg, ex.adhoc_cells(cfg, cots=(False,)))
     summ = ex.summarize(df, cfg=cfg)
     row = summ.iloc[0]
     y = df["label"].to_numpy()
@@ -160,11 +162,11 @@ def test_judge_grid_writes_resumable_verdicts_and_aggregates(env):
     assert (ground["unverifiable"] < ground["n_claims"]).all()
 
 
-def test_run_grid_announces_each_cell_and_the_runner_bar_on_stderr(env, capsys, monkeypatch):
+def test_run_announces_each_cell_and_the_runner_bar_on_stderr(env, capsys, monkeypatch):
     """`make paper` shows where it is: papermill forwards the kernel's stderr, so both must go there."""
     cfg, _ = env
     monkeypatch.setenv("BALMS_NOTEBOOK", "01_prediction")
-    ex.run_grid(cfg, cots=(False, True), lookbacks=(7,))
+    ex.run(cfg, ex.adhoc_cells(cfg, cots=(False, True), lookbacks=(7,)))
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if "] cell " in ln]
     assert lines == ["[01_prediction] cell 1/2: pmdata healthllm scripted zs L7",
@@ -172,9 +174,9 @@ def test_run_grid_announces_each_cell_and_the_runner_bar_on_stderr(env, capsys, 
     assert "[01_prediction] scheduler: samples: 100%" in err and "8/8" in err  # the scheduler's bar, on stderr too
     assert "[01_prediction] scheduler: 2/2 cells done" in err
     monkeypatch.delenv("BALMS_NOTEBOOK")
-    ex.run_grid(cfg, cots=(False,), lookbacks=(7,), options={"context": False}, progress=False)
+    ex.run(cfg, ex.adhoc_cells(cfg, cots=(False,), lookbacks=(7,), options={"context": False}), progress=False)
     assert capsys.readouterr().err == ""
-    ex.run_grid(cfg, cots=(False,), lookbacks=(7,), options={"context": False})
+    ex.run(cfg, ex.adhoc_cells(cfg, cots=(False,), lookbacks=(7,), options={"context": False}))
     assert "cell 1/1: pmdata healthllm scripted zs L7 context=False" in capsys.readouterr().err.splitlines()
 
 
@@ -195,12 +197,12 @@ def test_system_backbones_run_a_system_on_its_own_model_everywhere(env, monkeypa
     monkeypatch.setattr(reg, "get_backend", backend_named)
     cfg2 = cfg.replace(systems=["healthllm", "phia"], n_samples=2, system_backbones={"phia": "coder"},
                        phia_primer="code_first", phia_fence_stop=True)
-    df = ex.run_grid(cfg2)
+    df = ex.run(cfg2, ex.adhoc_cells(cfg2))
     assert sorted(zip(df.system, df.model, strict=True)) == [("healthllm", "scripted")] * 2 + [("phia", "coder")] * 2
     phia_opts = df[df.system == "phia"].options.iloc[0]
     assert phia_opts["primer"] == "code_first" and phia_opts["fence_stop"] is True
     assert "primer" not in df[df.system == "healthllm"].options.iloc[0]
-    df2 = ex.run_grid(cfg2, models=["other"])  # a notebook's own model list (03's look-back backbone)
+    df2 = ex.run(cfg2, ex.adhoc_cells(cfg2, models=["other"]))  # a notebook's own model list (03's look-back backbone)
     assert sorted(set(zip(df2.system, df2.model, strict=True))) == [("healthllm", "other"), ("phia", "coder")]
     cells = enumerate_cells(cfg2)
     assert {c.model for c in cells if c.system == "phia"} == {"coder"}

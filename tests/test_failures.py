@@ -166,7 +166,7 @@ def test_taxonomy_table_counts_and_rates():
     t3 = taxonomy_table([*recs, prose], by=["executor"]).set_index("executor")
     assert t3.loc["faithful", "code_window_rate"] == pytest.approx(2 / 3)
     assert t3.loc["improved", "code_window_rate"] == 1
-    # the same from a records frame (as run_grid(keep_transcript=True) returns it)
+    # the same from a records frame (as experiments.run(..., keep_transcript=True) returns it)
     import pandas as pd
 
     frame = pd.DataFrame([r.model_dump() for r in recs])

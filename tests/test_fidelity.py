@@ -55,9 +55,9 @@ def test_an_untracked_or_missing_reference_is_named(tmp_path):
 
 
 def test_book_page_is_the_files_rendering(rows):
-    assert fidelity.DOC_FILE.exists(), "run python -m balms.fidelity --write"
+    assert fidelity.DOC_FILE.exists(), "run balms docs fidelity --write"
     assert fidelity.DOC_FILE.read_text(encoding="utf-8") == fidelity.render(rows), \
-        "docs/fidelity.md differs from balms/resources/fidelity.yaml: run python -m balms.fidelity --write"
+        "docs/fidelity.md differs from balms/resources/fidelity.yaml: run balms docs fidelity --write"
 
 
 @pytest.mark.parametrize("bad, match", [

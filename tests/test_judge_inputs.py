@@ -147,7 +147,8 @@ def test_notebook_07_and_the_cli_send_the_same_judge_request(pm, monkeypatch, tm
         def __init__(self, d):
             self.tables = real_tables(d)
 
-    monkeypatch.setattr(judging, "run_cell", lambda *a, **k: recs)
+    monkeypatch.setattr(judging, "make_cell", lambda *a, **k: None)
+    monkeypatch.setattr(judging, "records_of", lambda cfg, cells: [recs])
     monkeypatch.setattr(judging, "run_path_of", lambda cfg, rec: tmp_path / "nb" / "cell.jsonl")
     monkeypatch.setattr(judging, "cohort", lambda d, cfg: Co(d))
     monkeypatch.setattr(judging, "_judge_backend", lambda cfg, m: nb_judge)

@@ -141,7 +141,7 @@ def test_nothing_beyond_the_paper_but_the_marked_lines(printed):
 
 
 def printed_inputs():
-    from balms.judges.cli import EXAMPLE_INPUTS
+    from balms.cli.judge import EXAMPLE_INPUTS
 
     return [str(v) for v in EXAMPLE_INPUTS.values()]
 

@@ -185,4 +185,4 @@ def test_scoring_derivation_from_the_papers_printed_numbers():
     fake = scoring.PrintedCell(n=761, n_fail=757, mae=2.25, cot_mae=2.25, mean_predictor_mae=0.58, scale=(1, 5))
     assert scoring.fill_rule_table(fake).set_index("rule").loc["exclude (integer labels)", "mae"]
     doc = (paths.PROJECT_ROOT / "docs" / "scoring.md").read_text(encoding="utf-8")
-    assert scoring.with_table(doc) == doc, "docs/scoring.md is stale: run python -m balms.scoring --write"
+    assert scoring.with_table(doc) == doc, "docs/scoring.md is stale: run balms docs scoring --write"

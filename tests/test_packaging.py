@@ -150,7 +150,7 @@ def test_wheel_installed_non_editable_summarises_pmdata_and_rebuilds_table5(tmp_
     assert row["ours_n_samples"] == summ["n_samples"] and row["ours_users"] == summ["n_users"] == 16
 
     # 4. the HTML report renders from the packaged templates
-    _run([vpy, "-m", "balms.report", "html", "--profile", "demo", "--out", tmp_path / "report"], **run)
+    _run([vpy, "-m", "balms.cli", "report", "html", "--profile", "demo", "--out", tmp_path / "report"], **run)
     assert "Tables and figures" in (tmp_path / "report" / "index.html").read_text()
 
 

@@ -94,10 +94,10 @@ def test_paper_cot_answer_sentence_parses_only_where_asked(p01):
 
 
 def test_prompt_help_states_the_agents_context_window_defaults(capsys):
-    from balms.agents.prompt_cli import context_window_defaults
     from balms.agents.rag import RAGAgent
     from balms.agents.raptor import RaptorAgent
     from balms.cli import main
+    from balms.cli.prompt import context_window_defaults
 
     with pytest.raises(SystemExit):
         main(["prompt", "--help"])
@@ -140,6 +140,35 @@ def test_balms_prompt_cli_prints_the_agent_messages(p01, pmdata_dir, capsys):
     exp = make_agent("healthllm", style="corrected", cot=True).first_prompt(sample, tables)
     assert [m["content"] for m in got["messages"]] == [m.content for m in exp]
     assert got["options"]["style"] == "corrected" and got["options"]["prompt_version"] == prompts.PROMPT_VERSION
+
+
+def test_prompt_preview_comes_from_the_systems_spec(pmdata_dir, capsys, monkeypatch):
+    """`balms prompt` reads what to show from the system's spec, not its name: a system registered with a preview
+    shows the preview's messages and notes (and gets `--model` when its spec says so); a spec without
+    `preview_model` refuses `--model`, and an agent without a `context_window` option refuses `--context-window`."""
+    import dataclasses
+
+    from balms.agents import registry
+    from balms.cli import main
+
+    seen = []
+
+    def preview(agent, sample, tables, model):
+        seen.append(model)
+        return prompts.messages("S", f"U {sample.user}"), ["from the spec"]
+
+    spec = dataclasses.replace(registry.get_system("healthllm"), name="previewed", preview=preview,
+                               preview_model=True)
+    monkeypatch.setitem(registry._SYSTEMS, "previewed", spec)
+    argv = ["prompt", "--dataset", "pmdata", "--user", "p01", "--target", "2019-11-15", "--raw", str(pmdata_dir)]
+    assert main([*argv, "--system", "previewed", "--model", "any-model", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [m["content"] for m in got["messages"]] == ["S", "U p01"] and "from the spec" in got["info"]
+    assert seen == ["any-model"]
+    with pytest.raises(SystemExit, match="--model is only needed for raptor, previewed; healthllm calls no model"):
+        main([*argv, "--system", "healthllm", "--model", "any-model"])
+    with pytest.raises(SystemExit, match="--context-window applies to rag and raptor only"):
+        main([*argv, "--system", "previewed", "--context-window", "yes"])
 
 
 def test_paper_number_formats():

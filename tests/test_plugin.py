@@ -74,7 +74,7 @@ def test_installed_plugin_appears_in_plan_table3_report_and_bundle(tmp_path, rea
     ran = {p.name.removesuffix(".jsonl").rsplit("__", 1)[-1] for p in (runs / "smoke").rglob("weekly_means__*.jsonl")}
     assert ran and ran <= planned
     # the report has its run page; the bundle carries its run file
-    _run([sys.executable, "-m", "balms.report", "html", "--profile", "smoke", "--set", sets, "--out",
+    _run([sys.executable, "-m", "balms.cli", "report", "html", "--profile", "smoke", "--set", sets, "--out",
           tmp_path / "report"], env=env, cwd=tmp_path)
     assert any(p.name.startswith("pmdata__weekly_means__") for p in (tmp_path / "report" / "runs").iterdir())
     _run([*balms, "bundle", "export", "--profile", "smoke", "--set", sets, "--out", tmp_path / "b.tar.gz"], env=env,

@@ -75,10 +75,10 @@ def test_a_grid_replayed_in_a_new_runs_folder_writes_the_same_run_files(tmp_path
     monkeypatch.setattr(executor, "_verified", set())  # as in a new process: its first Sandbox checks a worker
     try:
         monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "fresh"))
-        ex.run_grid(cfg, cots=(False, True))
+        ex.run(cfg, ex.adhoc_cells(cfg, cots=(False, True)))
         backends["now"] = CachedBackend(Never(), cache, mode="replay")
         monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "replay"))
-        ex.run_grid(cfg, cots=(False, True))
+        ex.run(cfg, ex.adhoc_cells(cfg, cots=(False, True)))
     finally:
         cohorts._cohort.cache_clear()
     first, again = _run_files(tmp_path / "fresh"), _run_files(tmp_path / "replay")

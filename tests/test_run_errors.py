@@ -48,12 +48,13 @@ def test_errors_are_apart_from_parse_failures_retried_and_then_scored(env, monke
     # a grid with errors stops once every cell has run, naming the first error; the grid line counts them
     with pytest.raises(RunErrors, match=r"2 of 4 record\(s\), in 1 cell\(s\), are errors .*HTTP 400 the model "
                                         r"folder is unusable"):
-        ex.run_grid(cfg)
+        ex.run(cfg, ex.adhoc_cells(cfg))
     err = capsys.readouterr().err
     assert grid_errors(err) == 2 and "4 records: " in err and ", 2 error records, " in err
     # allowed, the notebook goes on: errors counted apart from parse failures in the summary and Table 3
     allowed = cfg.replace(allow_errors=True)
-    df = ex.run_grid(allowed.replace(retry_errors=False))
+    kept = allowed.replace(retry_errors=False)
+    df = ex.run(kept, ex.adhoc_cells(kept))
     assert sorted(df["status"]) == ["error", "error", "ok", "ok"]
     summ = ex.summarize(df, cfg=allowed)
     assert summ.loc[0, "n_errors"] == 2 and summ.loc[0, "parse_failure_rate"] == 0 and summ.loc[0, "n_parsed"] == 2
@@ -63,7 +64,7 @@ def test_errors_are_apart_from_parse_failures_retried_and_then_scored(env, monke
     # the next run (the backend fixed) retries the two errors only; then every sample counts in the MAE
     fixed = Scripted()
     _use(monkeypatch, fixed)
-    df = ex.run_grid(cfg)
+    df = ex.run(cfg, ex.adhoc_cells(cfg))
     assert fixed.calls == 2 and (df["status"] == "ok").all() and len(df) == 4
     summ = ex.summarize(df, cfg=cfg)
     assert summ.loc[0, "n_errors"] == 0 and summ.loc[0, "n_parsed"] == 4
@@ -109,7 +110,7 @@ def test_a_cell_whose_samples_all_errored_stops_with_the_first_error(env, monkey
     with pytest.raises(RunErrors, match=r"cell pmdata healthllm scripted zs L14: all 4 sample\(s\) failed with an "
                                         r"error.*The first error: BackendError \(permanent\): HTTP 400 the model "
                                         r"folder is unusable"):
-        ex.run_grid(cfg)
+        ex.run(cfg, ex.adhoc_cells(cfg))
     recs = {p.name.split("__")[0]: load_records(p) for p in (cfg.runs_root() / "pmdata").glob("*.jsonl")}
     # one pool for the model's samples in rank order (h1, r1, h2, r2, ...): r1 held on one thread, the other runs
     # h1, h2, r2, h3, r3, h4 (and r4 if it takes it before the writer sees h4 fail); then the stop: r1 finishes
@@ -119,7 +120,7 @@ def test_a_cell_whose_samples_all_errored_stops_with_the_first_error(env, monkey
     monkeypatch.setattr(runner, "_predict", predict)
     fixed = Scripted()
     _use(monkeypatch, fixed)
-    df = ex.run_grid(cfg)  # fixed: the errors retried, the rest run
+    df = ex.run(cfg, ex.adhoc_cells(cfg))  # fixed: the errors retried, the rest run
     assert len(df) == 8 and (df["status"] == "ok").all() and fixed.calls == 8
 
 

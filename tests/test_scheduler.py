@@ -1,6 +1,6 @@
 """The scheduler (balms.experiments.scheduler): the same grid on real PMData, real agents (Health-LLM, RAG, RAPTOR)
 and real routing to two loopback servers gives the same records cell by cell at concurrency 1, all in flight at
-two other concurrencies, and through the notebooks' path (grid.run_cells); all in flight keeps both servers busy
+two other concurrencies, and through the notebooks' path (grid.run); all in flight keeps both servers busy
 at once, never above each server's slot limit; a cell already on disk is resumed, not recomputed; cells on an
 embedded model run one at a time. RAPTOR's day summaries of one window go out together (even at concurrency 1)
 and its records stay the same."""
@@ -16,9 +16,10 @@ import pytest
 from agent_fakes import use_hash_embedder
 from balms import runner
 from balms.experiments import scheduler
+from balms.experiments.cells import adhoc_cells
 from balms.experiments.config import ExperimentConfig
-from balms.experiments.grid import make_cell, run_cell_spec, run_grid
-from balms.experiments.scheduler import cell_records, interleave, record_content, run_cells
+from balms.experiments.grid import make_cell, records_of, run
+from balms.experiments.scheduler import cell_records, interleave, record_content, schedule_cells
 from balms.models.slots import ServerSlots
 from balms.runner import manifest_path_for
 from fake_servers import AnsweringOpenAIServer
@@ -92,7 +93,7 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
     cfg = _cfg(servers, concurrency=1)
     for s in servers:  # each server's first two summaries seen together
         _hold_until([s], lambda ss: ss[0].in_flight >= 2, only=_is_summary)
-    serial = [run_cell_spec(cfg, c, progress=False) for c in _cells(cfg)]
+    serial = [records_of(cfg, [c], progress=False)[0] for c in _cells(cfg)]
     assert not _overlap(servers[0].busy, servers[1].busy)  # one server at a time
     assert all(s.peak_in_flight == 2 for s in servers)  # at concurrency 1: RAPTOR's two day summaries together
     for s in servers:
@@ -102,7 +103,7 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
     _fresh(monkeypatch, tmp_path, "wide")
     cfg = _cfg(servers, concurrency=8, server_slots=2)
     _hold_until(servers, lambda ss: all(x.in_flight >= 2 for x in ss))  # both servers full at once
-    wide = run_cells(cfg, _cells(cfg), progress=False)
+    wide = schedule_cells(cfg, _cells(cfg), progress=False)
     assert wide.limits == {s.url + "/v1": 2 for s in servers}
     assert _overlap(servers[0].busy, servers[1].busy)  # both servers at work at the same time
     assert all(s.peak_in_flight <= 2 for s in servers) and max(s.peak_in_flight for s in servers) == 2
@@ -112,11 +113,11 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
         s.on_request = None
     cfg = _cfg(servers, concurrency=2, server_slots=1)
     cells = _cells(cfg)
-    run_cell_spec(cfg, cells[0], progress=False)  # one cell already done: resumed, nothing recomputed
-    narrow = run_cells(cfg, cells, progress=False)
+    records_of(cfg, cells[:1], progress=False)  # one cell already done: resumed, nothing recomputed
+    narrow = schedule_cells(cfg, cells, progress=False)
     assert narrow.results[0].n_new == 0 and narrow.results[1].n_new == 3
 
-    # the notebooks' path (grid.run_cells -> the scheduler), one model taken as embedded: its samples one at a time
+    # the notebooks' path (grid.run -> the scheduler), one model taken as embedded: its samples one at a time
     # (its pool has cfg.concurrency threads), the server model's cells all in flight
     _fresh(monkeypatch, tmp_path, "grid")
     cfg = _cfg(servers, concurrency=1, server_slots=2)
@@ -147,7 +148,7 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
                 inside[m] -= 1
 
     monkeypatch.setattr(runner, "_predict", counted)
-    df = run_grid(cfg)
+    df = run(cfg, adhoc_cells(cfg))
     assert len(df) == 18 and (df["status"] != "error").all()
     grid = [cell_records(c.spec.run_path(cfg.runs_root()), c) for c in _cells(cfg)]
     for c in _cells(cfg):
@@ -193,7 +194,7 @@ def test_slots_hold_each_server_to_its_limit_and_pause_on_retry_after():
     assert slots.peak == {"u1": 2, "u2": 1}
 
 
-def test_run_notebooks_puts_several_notebooks_cells_in_one_scheduler(servers, tmp_path, monkeypatch, real_data,
+def test_run_puts_several_notebooks_cells_in_one_scheduler(servers, tmp_path, monkeypatch, real_data,
                                                                      capsys):
     """`balms run --notebooks 01_prediction,02_cot`: 02's zero-shot cells are 01's (run once), its CoT cells run
     beside them; the records land in the profile's runs, where the notebooks read them."""
@@ -299,7 +300,7 @@ def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tm
 
         srv.latency = 0.0
         cfg = load("demo", n_samples=40, concurrency=4, server_slots=4, servers=[srv.url]).replace(profile="sigint")
-        again = run_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", model, lookback=3)], progress=False)
+        again = schedule_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", model, lookback=3)], progress=False)
         assert len(again.records[0]) == 40 and len(srv.requests) - before == 40 - cached  # only the missing calls
 
 

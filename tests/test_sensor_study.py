@@ -62,7 +62,7 @@ def env(tmp_path, monkeypatch):
 
 def test_sensor_cells_run_and_fill_the_claims_rows(env):
     cfg, backend = env
-    zs = ex.run_declared(cfg, "01_prediction", progress=False)
+    zs = ex.run(cfg, "01_prediction", progress=False)
     sensor = study.declared_part(cfg, "08_cpu_study", "sensor_test", progress=False)
     cells = sensor.drop_duplicates("cell_key")
     assert cells.groupby("system").size().to_dict() == VARIANTS

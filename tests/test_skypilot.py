@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import side_venv_tool
 
-from balms import deploy_cli
+from balms.cli import deploy as deploy_cli
 from balms.cli import main as balms_main
 from balms.experiments.config import ExperimentConfig, load
 from balms.models import routing
@@ -162,7 +162,7 @@ def endpoints(paper):
 
 def test_balms_routes_each_model_to_its_own_endpoint(endpoints, tmp_path, monkeypatch, real_data, capsys):
     from balms.experiments.grid import make_cell
-    from balms.experiments.scheduler import run_cells
+    from balms.experiments.scheduler import schedule_cells
 
     monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
     monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / "cache"))
@@ -183,7 +183,7 @@ def test_balms_routes_each_model_to_its_own_endpoint(endpoints, tmp_path, monkey
 
     cfg = ExperimentConfig(profile="sky", datasets=["pmdata"], systems=["healthllm"], backbones=list(endpoints),
                            n_samples=2, seed=0, lookback=3, concurrency=8, servers=urls)
-    res = run_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", m) for m in cfg.backbones], progress=False)
+    res = schedule_cells(cfg, [make_cell(cfg, "pmdata", "healthllm", m) for m in cfg.backbones], progress=False)
     recs = [r for cell in res.records for r in cell]
     assert len(recs) == 2 * len(endpoints) and not any(r.error for r in recs)
     for name, s in endpoints.items():  # each model's calls went to its own endpoint, and only there

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from balms.agents.base import Agent
 from balms.agents.healthllm import HealthLLMAgent
@@ -51,6 +51,11 @@ class SystemSpec:
     # fixed options of every configured cell (e.g. PHIA's default executor, recorded in every spec)
     fixed_options: dict[str, Any] = field(default_factory=dict)
     source: str = "balms"  # the distribution that registered it ("balms" or the plugin's)
+    # what `balms prompt` adds to the agent's first prompt: preview(agent, sample, tables, model) -> (the messages,
+    # or None for `agent.first_prompt`; notes for stderr). `preview_model`: `--model` builds the exact prompt
+    # (RAPTOR's day summaries); without it `model` is always None
+    preview: Callable | None = None
+    preview_model: bool = False
 
     @property
     def label(self) -> str:
@@ -61,6 +66,33 @@ class SystemSpec:
         return [f.name for f in dataclasses.fields(self.agent) if f.init and f.name != "cot"]
 
 
+def _rag_preview(agent, sample, tables, model):
+    """RAG: the days its retrieval picks for the query window."""
+    from balms.agents.rag import retrieve_days
+
+    window, _ = agent.window(sample, tables)
+    got = retrieve_days(tables, window, k=agent.top_k, scope=agent.memory, embedder=agent.embedder, style=agent.style)
+    return None, [f"retrieved days {got['dates']} (scores {got['scores']}) of {got['n_candidates']} candidates; "
+                  f"query day {got['query_date']}"]
+
+
+def _raptor_preview(agent, sample, tables, model):
+    """RAPTOR: with a model, the exact prompt (day summaries from the cache or generated); else leaves only."""
+    if model is None:
+        return None, ["RAPTOR without --model: day summaries need an LLM, so this prompt comes from a retrieval "
+                      "over the sub-day leaves only; pass --model NAME for the exact prompt with summaries"]
+    from balms.agents import prompts
+    from balms.agents.common import Episode
+    from balms.models.registry import get_backend
+
+    backend = get_backend(model)
+    episode = Episode(backend)
+    msgs = prompts.messages(agent.system_prompt, agent._prompt(sample, tables, backend, episode))
+    ret = next((st for st in episode.transcript if st.kind == "retrieval"), None)
+    return msgs, ([] if ret is None else [f"retrieved: {ret.meta.get('ids')} ({ret.meta.get('summaries_generated')} "
+                                          "summaries generated now)"])
+
+
 # the prompt systems: template style and the CoT forced answer (ours; the agents apply it to CoT cells only)
 _PROMPT_FIELDS = {"style": "prompt_style", "force_answer": "cot_force_answer", "force_missing": "cot_force_missing",
                   "cot_format": "cot_format"}
@@ -69,10 +101,11 @@ _BUILTIN = (
     SystemSpec("healthllm", HealthLLMAgent, "Health-LLM", "one prompt with the look-back window (Kim et al. 2024)",
                batchable=True, config_fields=_PROMPT_FIELDS, **_PROMPT),
     SystemSpec("rag", RAGAgent, "RAG", "top-k days of the user's memory by embedding similarity, plus the query day",
-               batchable=True, config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k"}, **_PROMPT),
+               batchable=True, config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k"}, preview=_rag_preview,
+               **_PROMPT),
     SystemSpec("raptor", RaptorAgent, "Raptor", "day summaries over sub-day leaves, retrieved from a two-level tree",
                cost="raptor", config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k", "memory": "raptor_memory"},
-               **_PROMPT),
+               preview=_raptor_preview, preview_model=True, **_PROMPT),
     SystemSpec("phia", PhiaAgent, "PHIA", "ReAct loop writing pandas code over the user's record in a sandbox",
                cost="phia", budget_role="phia_step", fixed_options={"executor": "faithful"},
                config_fields={"max_iters": "phia_max_iters", "primer": "phia_primer", "fence_stop": "phia_fence_stop",

@@ -1,14 +1,12 @@
 """Per-dataset summary (users, samples, label counts, every filter count, baseline MAEs) and the
 `make data` step that writes data/processed/<dataset>/samples.parquet and tables/data_summary.csv.
 
-    python -m balms.data.summary --all          # every dataset (real where present, else synthetic)
+    balms data write --all          # every dataset (real where present, else synthetic)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -221,19 +219,3 @@ def write_all(datasets=None, raw_root: Path | None = None) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     df.to_csv(paths.data_summary_path(), index=False)
     return df
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--all", action="store_true", help="every dataset")
-    ap.add_argument("--dataset", action="append", choices=dataset_names())
-    ap.add_argument("--raw-root", type=Path, default=None, help="folder with pmdata/ globem/ diversityone/")
-    a = ap.parse_args(argv)
-    names = dataset_names() if a.all or not a.dataset else a.dataset
-    paths.announce_data(list(names))
-    write_all(names, a.raw_root)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

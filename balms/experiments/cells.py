@@ -1,6 +1,6 @@
 """Which cells each notebook runs, declared once: `cells_for(notebook, cfg)`.
 
-The notebooks run exactly these (`run_declared`), `balms plan` prices exactly these, and the report, the bundle
+The notebooks run exactly these (`grid.run`), `balms plan` prices exactly these, and the report, the bundle
 and `balms runs status/gc` know from them which run files are current. A cell declaration names the notebook and
 the part of it (one table's grid), the cell's fields (dataset, system, model, CoT, look-back, extra options) and
 the labels the notebook's table groups by (e.g. `channel_set`); `build(cfg)` turns it into a runnable cell whose
@@ -58,6 +58,14 @@ def _grid(cfg: ExperimentConfig, notebook: str, part: str, *, datasets, systems,
            for d in datasets for L in lookbacks for m in (models or cfg.backbones) for s in systems
            for m2 in cfg.models_for(s, [m]) for c in cots if cfg.runs_cot(s) or not c]
     return list(dict.fromkeys(out))
+
+
+def adhoc_cells(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,), lookbacks=(None,),
+                options: dict | None = None) -> list[CellDecl]:
+    """A grid outside the notebooks' declarations (a student's own question: `ex.run(cfg, ex.adhoc_cells(cfg,
+    ...))`); the notebooks run their declared cells, so the plan and the report know them."""
+    return _grid(cfg, "adhoc", "adhoc", datasets=datasets or cfg.datasets, systems=systems or cfg.systems,
+                 models=models, cots=cots, lookbacks=lookbacks, options=options)
 
 
 @lru_cache(maxsize=16)

@@ -129,25 +129,17 @@ def cell_from_spec(spec: CellSpec, cfg: ExperimentConfig | None = None) -> Cell:
     return Cell(rebuilt, samples, agent)
 
 
-def run_cell_spec(cfg: ExperimentConfig, cell: Cell, *, progress: bool = True) -> list[PredictionRecord]:
-    """Run (or resume) one cell through the scheduler (its stops, spending cap and deadlines); returns its records
-    in sample order. A cell whose every sample failed raises its first error; a spending cap reached raises
-    SpendingCapReached saying how far it got."""
+def records_of(cfg: ExperimentConfig, cells: list[Cell], *, progress: bool = True) -> list[list[PredictionRecord]]:
+    """Run (or resume) built cells through the scheduler (its stops, spending cap and deadlines): each cell's records
+    in sample order, what `run` tabulates and the judge reads. A cell whose every sample failed raises its first
+    error; a spending cap reached raises SpendingCapReached saying how far it got."""
     from balms.experiments.budget import SpendingCapReached
-    from balms.experiments.scheduler import run_cells as schedule
+    from balms.experiments.scheduler import schedule_cells
 
-    report = schedule(cfg, [cell], progress=progress)
+    report = schedule_cells(cfg, cells, progress=progress)
     if report.stopped:
         raise SpendingCapReached(report.stopped)
-    return report.records[0]
-
-
-def run_cell(cfg: ExperimentConfig, dataset: str, system: str, model: str, *, cot: bool = False,
-             lookback: int | None = None, options: dict | None = None,
-             samples: list[Sample] | None = None, progress: bool = True) -> list[PredictionRecord]:
-    """Build the cell and run it; cached and resumable."""
-    cell = make_cell(cfg, dataset, system, model, cot=cot, lookback=lookback, options=options, samples=samples)
-    return run_cell_spec(cfg, cell, progress=progress)
+    return report.records
 
 
 def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, key_only: bool = False) -> Cell:
@@ -169,38 +161,42 @@ def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, k
                      options=decl.extra or None, samples=samples, key_only=key_only)
 
 
-def run_cells(cfg: ExperimentConfig, decls, *, keep_transcript: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Run declared cells, all in flight (balms.experiments.scheduler: every server busy, each cell resumable, its
-    records the same as run alone); a cell declared twice runs once and is re-read. One row per prediction record,
-    with the declarations' labels as columns (transcripts only when asked: they are big).
+def run(cfg: ExperimentConfig, what, part: str | None = None, *, keep_transcript: bool = False,
+        progress: bool = True) -> pd.DataFrame:
+    """The one way to run cells (the notebooks, `balms run --notebooks`, the tests). `what`: a notebook's name (its
+    cells as balms.experiments.cells declares them, or one `part` of them), several notebooks' names (their cells in
+    one scheduler: `balms run --notebooks 01_prediction,02_cot`), or cells: declarations (`CellDecl`, e.g.
+    `adhoc_cells(...)` for a question of one's own) or built `Cell`s (`make_cell`, `Cell.from_spec`).
+
+    All in flight (balms.experiments.scheduler: every server busy, each cell resumable, its records the same as
+    run alone); a cell declared twice runs once and is re-read. One row per prediction record, with the
+    declarations' labels as columns (transcripts only when asked: they are big).
 
     With `progress`, the cells are announced on stderr ("[<notebook>] cell 3/12: pmdata rag <model> zs L14", the
     notebook from BALMS_NOTEBOOK, which the Makefile sets) and the scheduler says each one done, so a long
     `make paper` shows where it is; papermill passes the kernel's stderr on to the terminal. A cell whose every
     sample failed stops the grid with its first error; a spending cap reached stops it saying how far it got."""
-    from balms.experiments.budget import SpendingCapReached
-    from balms.experiments.scheduler import run_cells as schedule
     from balms.models.cache import process_calls
     from balms.models.routing import check_models
 
-    decls = list(decls)
+    decls = _declarations(cfg, what, part)
     # before the first call: every model known and served somewhere (one message naming each that is not)
-    check_models(list(dict.fromkeys(c.model for c in decls)), cfg.servers, cache_mode=cfg.cache_mode)
+    check_models(list(dict.fromkeys(c.spec.model if isinstance(c, Cell) else c.model for c in decls)), cfg.servers,
+                 cache_mode=cfg.cache_mode)
     where = os.environ.get("BALMS_NOTEBOOK")
     calls0 = process_calls()
     samples_of: dict = {}
-    cells = [build_cell(cfg, decl, samples_of) for decl in decls]
+    cells = [decl if isinstance(decl, Cell) else build_cell(cfg, decl, samples_of) for decl in decls]
     if progress:
         for k, (decl, cell) in enumerate(zip(decls, cells, strict=True), 1):
-            print(f"{f'[{where}] ' if where else ''}cell {k}/{len(decls)}: {describe_cell(cell.spec, decl.extra)}",
+            extra = None if isinstance(decl, Cell) else decl.extra
+            print(f"{f'[{where}] ' if where else ''}cell {k}/{len(decls)}: {describe_cell(cell.spec, extra)}",
                   file=sys.stderr, flush=True)
-    report = schedule(cfg, cells, progress=progress)
-    if report.stopped:
-        raise SpendingCapReached(report.stopped)
     rows = []
     drop = set() if keep_transcript else {"transcript"}
-    for decl, recs in zip(decls, report.records, strict=True):
-        rows.extend(r.model_dump(exclude=drop) | decl.label_values | {
+    for decl, recs in zip(decls, records_of(cfg, cells, progress=progress), strict=True):
+        labels = {} if isinstance(decl, Cell) else decl.label_values
+        rows.extend(r.model_dump(exclude=drop) | labels | {
             "n_transcript": len(r.transcript), "cell_key": (r.cell or {}).get("key"),
             "forced": any(st.kind in ("forced_answer", "forced_finish") for st in r.transcript)}
             for r in recs)
@@ -214,25 +210,23 @@ def run_cells(cfg: ExperimentConfig, decls, *, keep_transcript: bool = False, pr
     return pd.DataFrame(rows)
 
 
-def run_declared(cfg: ExperimentConfig, notebook: str, part: str | None = None, **kw) -> pd.DataFrame:
-    """Run the cells `notebook` declares (balms.experiments.cells.cells_for), or one `part` of them."""
-    from balms.experiments.cells import cells_for
-
-    declared = cells_for(notebook, cfg)
-    if part is not None and part not in {c.part for c in declared}:
-        raise ValueError(f"{notebook} declares no part {part!r}; its parts: {sorted({c.part for c in declared})}")
-    return run_cells(cfg, [c for c in declared if part is None or c.part == part], **kw)
-
-
-def run_notebooks(cfg: ExperimentConfig, notebooks, **kw) -> pd.DataFrame:
-    """The cells of several notebooks in one scheduler (`balms run --notebooks 01_prediction,02_cot`): their
-    servers busy together, each shared cell run once; the notebooks then re-read the records."""
+def _declarations(cfg: ExperimentConfig, what, part: str | None) -> list:
+    """`run`'s cells: a notebook's declared cells (or one part), several notebooks' cells, or the cells given."""
     from balms.experiments.cells import NOTEBOOKS, cells_for
 
-    unknown = [nb for nb in notebooks if nb not in NOTEBOOKS]
+    names = [what] if isinstance(what, str) else list(what)
+    if not all(isinstance(n, str) for n in names):  # cells given
+        if part is not None:
+            raise ValueError("run: `part` selects among a notebook's declared cells, not among cells given")
+        return names
+    unknown = [nb for nb in names if nb not in NOTEBOOKS]
     if unknown:
         raise ValueError(f"unknown notebook(s) {unknown}; known: {list(NOTEBOOKS)}")
-    return run_cells(cfg, [c for nb in notebooks for c in cells_for(nb, cfg)], **kw)
+    declared = [c for nb in names for c in cells_for(nb, cfg)]
+    if part is not None and part not in {c.part for c in declared}:
+        parts = sorted({c.part for c in declared})
+        raise ValueError(f"{', '.join(names)} declares no part {part!r}; its parts: {parts}")
+    return [c for c in declared if part is None or c.part == part]
 
 
 def declared_builds(cfg: ExperimentConfig) -> Iterator[tuple]:
@@ -255,29 +249,6 @@ def unique_cells(cfg: ExperimentConfig) -> list[tuple]:
     return [(decl, cell) for decl, cell, first in declared_builds(cfg) if first]
 
 
-def run_grid(cfg: ExperimentConfig, *, datasets=None, systems=None, models=None, cots=(False,),
-             lookbacks=(None,), options: dict | None = None, keep_transcript: bool = False,
-             progress: bool = True) -> pd.DataFrame:
-    """An ad-hoc grid outside the notebooks' declarations (a student's own question); the notebooks use
-    `run_declared`, so the plan and the report know their cells."""
-    from balms.experiments.cells import _grid
-
-    decls = _grid(cfg, "adhoc", "adhoc", datasets=datasets or cfg.datasets, systems=systems or cfg.systems,
-                  models=models, cots=cots, lookbacks=lookbacks, options=options)
-    return run_cells(cfg, decls, keep_transcript=keep_transcript, progress=progress)
-
-
-def horizon_grid(cfg: ExperimentConfig, *, progress: bool = True) -> pd.DataFrame:
-    """Notebook 03's look-back sweep: the same target days (those with `max(lookbacks)` days of history) at every
-    look-back, for `horizon_systems` with the horizon backbone on `horizon_datasets`."""
-    return run_declared(cfg, "03_long_horizon", progress=progress)
-
-
-def phia_executor_grid(cfg: ExperimentConfig, *, keep_transcript: bool = True, progress: bool = True) -> pd.DataFrame:
-    """Notebook 05's PHIA cells, once per executor contract, with an `executor` column."""
-    return run_declared(cfg, "05_phia_failures", keep_transcript=keep_transcript, progress=progress)
-
-
 @dataclass
 class GridResult:
     """What a results notebook needs from a grid: records, per-cell summary, data source and model caption."""
@@ -290,13 +261,15 @@ class GridResult:
 
 def grid_result(cfg: ExperimentConfig, notebook: str | None = None, *, by: list[str] | None = None,
                 **grid_kw) -> GridResult:
-    """The notebook's declared cells (else an ad-hoc `run_grid`) + `summarize` + the labels every table and
-    figure carries."""
+    """The notebook's declared cells (else an ad-hoc grid: `adhoc_cells`'s arguments) run, `summarize`d, with the
+    labels every table and figure carries."""
     from balms.data.loading import source_label
+    from balms.experiments.cells import adhoc_cells
     from balms.experiments.summaries import summarize
     from balms.models.registry import model_caption
 
-    recs = run_declared(cfg, notebook, **grid_kw) if notebook else run_grid(cfg, **grid_kw)
+    run_kw = {k: grid_kw.pop(k) for k in ("keep_transcript", "progress") if k in grid_kw}
+    recs = run(cfg, notebook if notebook else adhoc_cells(cfg, **grid_kw), **run_kw)
     summ = summarize(recs, by=by, cfg=cfg)
     return GridResult(recs, summ, source_label(recs["source"]), model_caption(models_run(recs)))
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from balms.experiments.cohorts import cohort
 from balms.experiments.config import ExperimentConfig
-from balms.experiments.grid import run_cell, run_path_of
+from balms.experiments.grid import make_cell, records_of, run_path_of
 from balms.records import PredictionRecord
 
 
@@ -79,7 +79,7 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                 if (m, s) in seen:
                     continue
                 seen.add((m, s))
-                recs = run_cell(cfg, d, s, m, cot=True)
+                recs = records_of(cfg, [make_cell(cfg, d, s, m, cot=True)])[0]
                 if not recs:
                     continue
                 run_path = run_path_of(cfg, recs[0])

@@ -143,7 +143,7 @@ def cell_records(path, cell) -> list[PredictionRecord]:
     return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
 
 
-def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
+def schedule_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
     """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order (see the
     module doc for order, pools, stops and the cap). A failed cell's error is raised once the samples in flight
     have ended; under a spending cap the report's `stopped` says how far the run got.

@@ -118,11 +118,11 @@ def declared_part(cfg: ExperimentConfig, notebook: str, part: str, **kw) -> pd.D
     """The records of one part of a notebook's declared cells; an empty frame when the profile declares none (the
     model-size check without `size_backbones`, the sensor test while it is off)."""
     from balms.experiments.cells import cells_for
-    from balms.experiments.grid import run_declared
+    from balms.experiments.grid import run
 
     if not any(c.part == part for c in cells_for(notebook, cfg)):
         return pd.DataFrame()
-    return run_declared(cfg, notebook, part, **kw)
+    return run(cfg, notebook, part, **kw)
 
 
 def supervised_records(cfg: ExperimentConfig, datasets=None) -> pd.DataFrame:

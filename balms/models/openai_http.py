@@ -6,18 +6,10 @@ robin), so a run scales out across GPU servers. Transport failures become `Backe
 are permanent. Built on httpx directly: the protocol is one POST, and a thin client keeps harness overhead
 per request well below a millisecond.
 
-Serving the paper's models with vLLM (one server per GPU group; list every server in BALMS_VLLM_BASE_URLS):
+Serving the paper's models with vLLM: `balms deploy skypilot` writes each model's `vllm serve` command
+(deploy/skypilot/*.yaml), its GPUs per server being the model registry's `tensor_parallel`, the one value the plan
+bills and the deploy requests. List every server in BALMS_VLLM_BASE_URLS:
 
-    # 7B models: one GPU each (run one server per GPU to scale out)
-    vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000 --max-model-len 32768
-    vllm serve mistralai/Mistral-7B-Instruct-v0.3 --port 8001 --max-model-len 32768
-    # 14B models: tensor parallelism over 2 GPUs (fits one 80 GB GPU too; TP=2 doubles throughput on 40 GB GPUs)
-    CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen2.5-14B-Instruct --tensor-parallel-size 2 --port 8000
-    CUDA_VISIBLE_DEVICES=2,3 vllm serve deepseek-ai/DeepSeek-R1-Distill-Qwen-14B --tensor-parallel-size 2 \
-        --port 8001 --reasoning-parser deepseek_r1     # or leave <think> in the text: balms splits it
-    # judge, 70B: tensor parallelism over 4 x 80 GB GPUs (or 8 x 40 GB GPUs with --tensor-parallel-size 8)
-    CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve meta-llama/Llama-3.3-70B-Instruct --tensor-parallel-size 4 \
-        --max-model-len 16384 --port 8000
     export BALMS_VLLM_BASE_URLS=http://gpu-a:8000/v1,http://gpu-b:8000/v1
 
 The served model name must be the registry's model id (the HF repo id, vLLM's default), or pass

@@ -1,8 +1,9 @@
-"""`balms data ...`: dataset summaries from the command line."""
+"""`balms data summary|write`: a dataset's summary; `make data`'s processed samples and summary table."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from balms.data.registry import dataset_names
 from balms.data.samples import DEFAULT_RULE, SAMPLE_RULES
@@ -26,6 +27,16 @@ def _summary(args) -> int:
     return 0
 
 
+def _write(args) -> int:
+    from balms import paths
+    from balms.data.summary import write_all
+
+    names = dataset_names() if args.all or not args.dataset else args.dataset
+    paths.announce_data(list(names))
+    write_all(names, args.raw_root)
+    return 0
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("data", help="datasets: summaries, samples")
     sub = p.add_subparsers(dest="data_command", required=True)
@@ -37,3 +48,8 @@ def register(subparsers) -> None:
                    help=f"sample rule (default {DEFAULT_RULE}; README: Samples and the evaluation rule)")
     s.add_argument("--json", action="store_true", help="one JSON object")
     s.set_defaults(func=_summary)
+    w = sub.add_parser("write", help="`make data`: each dataset's processed samples and tables/data_summary.csv")
+    w.add_argument("--all", action="store_true", help="every dataset (the default when no --dataset is given)")
+    w.add_argument("--dataset", action="append", choices=dataset_names())
+    w.add_argument("--raw-root", type=Path, default=None, help="folder with pmdata/ globem/ diversityone/")
+    w.set_defaults(func=_write)

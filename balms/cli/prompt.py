@@ -1,7 +1,7 @@
 """`balms prompt`: print the exact messages a prompt-based agent would send for one user and target day.
 
     balms prompt --dataset pmdata --user p01 --target 2019-11-15 --style paper [--lookback 14]
-                 [--system healthllm|rag|raptor] [--cot] [--raw DIR] [--json]
+                 [--system healthllm|rag|raptor|...] [--cot] [--raw DIR] [--json]
 
 No model is called. The messages go to stdout (or one JSON object with --json); what was loaded and
 retrieved goes to stderr. RAG embeds its memory days with the packaged sentence-transformer (cached in
@@ -60,26 +60,34 @@ def _sample(tables, user: str, target: dt.date, lookback: int):
                   source=tables.source), note
 
 
-def context_window_defaults() -> str:
-    """The agents' own `context_window` defaults, as the help prints them (read from the classes, not restated)."""
+def _window_systems() -> dict[str, bool]:
+    """system -> its agent's `context_window` default, for the systems whose agent has that option."""
     import dataclasses
 
-    from balms.agents.rag import RAGAgent
-    from balms.agents.raptor import RaptorAgent
+    from balms.agents.registry import get_system
 
-    def default(cls) -> str:
-        return "yes" if next(f for f in dataclasses.fields(cls) if f.name == "context_window").default else "no"
+    return {s: f.default for s in prompt_systems() for f in dataclasses.fields(get_system(s).agent)
+            if f.name == "context_window"}
 
-    return f"rag {default(RAGAgent)}, raptor {default(RaptorAgent)}"
+
+def context_window_defaults() -> str:
+    """The agents' own `context_window` defaults, as the help prints them (read from the classes, not restated)."""
+    return ", ".join(f"{s} {'yes' if d else 'no'}" for s, d in _window_systems().items())
 
 
 def _run(args) -> int:
-    from balms.agents.registry import get_system, make_agent
+    from balms.agents.registry import get_system, make_agent, system_names
 
-    styles = get_system(args.system).prompt_styles
+    spec = get_system(args.system)
+    styles = spec.prompt_styles
     style = args.style or styles[0]
     if style not in styles:
         raise SystemExit(f"--style {style} does not apply to {args.system}: its style(s) {list(styles)}")
+    if args.context_window is not None and args.system not in _window_systems():
+        raise SystemExit(f"--context-window applies to {' and '.join(_window_systems())} only")
+    if args.model and not spec.preview_model:
+        with_model = [s for s in system_names() if get_system(s).preview_model]
+        raise SystemExit(f"--model is only needed for {', '.join(with_model)}; {args.system} calls no model here")
     target = dt.date.fromisoformat(args.target)
     tables = _tables(args.dataset, args.raw)
     lookback = args.lookback or get_dataset(args.dataset).default_lookback
@@ -90,47 +98,20 @@ def _run(args) -> int:
     if args.no_context:
         opts["context"] = False
     if args.context_window is not None:
-        if args.system == "healthllm":
-            raise SystemExit("--context-window applies to rag and raptor only")
         opts["context_window"] = args.context_window == "yes"
-    if args.model and args.system != "raptor":
-        raise SystemExit("--model is only needed for raptor (its day summaries); healthllm and rag call no model here")
     agent = make_agent(args.system, cot=args.cot, **opts)
     info = [f"{args.system} style={style} {'cot' if args.cot else 'zero-shot'}: {tables.name} "
             f"({tables.source}) user {sample.user}, target {sample.target_date}, look-back {sample.lookback} "
             f"({sample.window_start} .. {sample.window_end})"]
     if note:
         info.append(f"note: {note}")
-    if args.system == "raptor" and args.model:
-        from balms.agents import prompts
-        from balms.agents.common import Episode
-        from balms.models.registry import get_backend
-
-        backend = get_backend(args.model)
-
-        episode = Episode(backend)
-        user = agent._prompt(sample, tables, backend, episode)
-        msgs = prompts.messages(agent.system_prompt, user)
-        ret = next((st for st in episode.transcript if st.kind == "retrieval"), None)
-        if ret is not None:
-            info.append(f"retrieved: {ret.meta.get('ids')} ({ret.meta.get('summaries_generated')} summaries "
-                        f"generated now)")
-    else:
+    msgs, notes = spec.preview(agent, sample, tables, args.model) if spec.preview else (None, [])
+    if msgs is None:
         try:
             msgs = agent.first_prompt(sample, tables)
         except ValueError as exc:  # e.g. the personal baseline on a day that is not held out
             raise SystemExit(f"balms prompt: {exc}") from None
-        if args.system == "raptor":
-            info.append("RAPTOR without --model: day summaries need an LLM, so this prompt comes from a retrieval "
-                        "over the sub-day leaves only; pass --model NAME for the exact prompt with summaries")
-        if args.system == "rag":
-            from balms.agents.rag import retrieve_days
-
-            window, _ = agent.window(sample, tables)
-            got = retrieve_days(tables, window, k=agent.top_k, scope=agent.memory, embedder=agent.embedder,
-                                style=agent.style)
-            info.append(f"retrieved days {got['dates']} (scores {got['scores']}) of {got['n_candidates']} "
-                        f"candidates; query day {got['query_date']}")
+    info += notes
     options = agent.options()
     if args.json:
         print(json.dumps({"info": info, "options": options,
@@ -159,9 +140,11 @@ def register(subparsers) -> None:
                    help="channel names, a device (wearable, phone) or all (default: the style's set)")
     p.add_argument("--no-context", action="store_true", help="leave out the same-day self-report")
     p.add_argument("--context-window", choices=("yes", "no"), default=None,
-                   help=f"rag/raptor: also show the whole query window (default: {context_window_defaults()})")
+                   help=f"{'/'.join(_window_systems())}: also show the whole query window "
+                   f"(default: {context_window_defaults()})")
     p.add_argument("--raw", default=None, help="raw dataset folder (default: BALMS_RAW_DIR, ../shared/data, "
                                                 "else the synthetic cohort)")
-    p.add_argument("--model", default=None, help="raptor only: backend for the day summaries")
+    p.add_argument("--model", default=None, help="raptor only (its spec's preview_model): backend for the day "
+                   "summaries")
     p.add_argument("--json", action="store_true", help="one JSON object: info, options, messages")
     p.set_defaults(func=_run)

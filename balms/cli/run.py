@@ -59,7 +59,7 @@ def _spec_of(path: str):
 def _notebooks(args) -> int:
     """Every cell of the named notebooks in one scheduler, into the profile's own runs (where they read them)."""
     from balms.experiments.config import ConfigError, load, parse_cli_overrides
-    from balms.experiments.grid import run_notebooks
+    from balms.experiments.grid import run
 
     try:
         given = {"cache_mode": args.cache_mode, "concurrency": args.concurrency, "raw_root": args.raw}
@@ -69,7 +69,7 @@ def _notebooks(args) -> int:
     if args.profile:
         cfg = cfg.replace(profile=args.profile)
     try:
-        df = run_notebooks(cfg, [nb.strip() for nb in args.notebooks.split(",") if nb.strip()])
+        df = run(cfg, [nb.strip() for nb in args.notebooks.split(",") if nb.strip()])
     except ValueError as exc:
         raise SystemExit(f"balms run --notebooks: {exc}") from None
     counts = df.groupby("status").size().to_dict() if len(df) else {}
@@ -95,7 +95,7 @@ def _run(args) -> int:
         raise SystemExit(f"balms run: {exc}") from None
     if args.spec:
         cell = ex.Cell.from_spec(_spec_of(args.spec), cfg.replace(profile=args.profile))
-        recs = ex.run_cell_spec(cfg.replace(profile=args.profile), cell)
+        recs = ex.records_of(cfg.replace(profile=args.profile), [cell])[0]
         return _print(recs, args)
     missing = [f"--{k}" for k in ("dataset", "system", "model") if getattr(args, k) is None]
     if missing:
@@ -114,8 +114,9 @@ def _run(args) -> int:
         check_models([args.model], cfg.servers, cache_mode=cfg.cache_mode)
     except (UnknownModelError, RoutingError) as exc:
         raise SystemExit(f"balms run: {exc}") from None
-    recs = ex.run_cell(cfg, args.dataset, args.system, args.model, cot=args.cot, lookback=args.lookback,
-                       options=dict(_parse_option(o) for o in args.option))
+    cell = ex.make_cell(cfg, args.dataset, args.system, args.model, cot=args.cot, lookback=args.lookback,
+                        options=dict(_parse_option(o) for o in args.option))
+    recs = ex.records_of(cfg, [cell])[0]
     return _print(recs, args)
 
 

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import sys
@@ -177,10 +176,3 @@ def register(subparsers) -> None:
     q.add_argument("--case", action="store_true",
                    help="fill in the paper's case study D.1 (Qwen's rationale) instead of placeholders")
     q.set_defaults(func=_prompt)
-
-
-def main(argv=None) -> int:  # pragma: no cover - convenience
-    parser = argparse.ArgumentParser(prog="balms")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)

@@ -1,4 +1,4 @@
-"""`balms` console command. Each area registers its own subcommand group, so this file stays small.
+"""`balms` console command (`python -m balms.cli` alike): one module of this package per command.
 
     balms data summary --dataset pmdata --json
     balms sandbox selftest --json
@@ -14,21 +14,10 @@ import importlib
 import os
 import sys
 
-# (command, module exposing `register(subparsers)`)
-COMMAND_MODULES = [
-    ("data", "balms.data.cli"),
-    ("models", "balms.models.cli"),
-    ("run", "balms.run_cli"),
-    ("config", "balms.experiments.config"),
-    ("plan", "balms.experiments.plan"),
-    ("runs", "balms.experiments.runfiles"),
-    ("bundle", "balms.bundle"),
-    ("cache", "balms.cache_cli"),
-    ("deploy", "balms.deploy_cli"),
-    ("sandbox", "balms.sandbox.cli"),
-    ("judge", "balms.judges.cli"),
-    ("prompt", "balms.agents.prompt_cli"),
-]
+# one module per command, each exposing `register(subparsers)` (as inspect_ai's `_cli/`); the library modules hold
+# no command-line code (tests/test_architecture.py checks it)
+COMMANDS = ("data", "models", "run", "config", "plan", "runs", "bundle", "cache", "deploy", "sandbox", "judge",
+            "prompt", "report", "docs")
 
 
 # what `balms` alone prints: the first commands to try, in the order a newcomer needs them
@@ -48,14 +37,8 @@ DATA_COMMANDS = {"plan", "run"}
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="balms", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for _, module in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:  # area not built yet
-                continue
-            raise
-        mod.register(sub)
+    for command in COMMANDS:
+        importlib.import_module(f"balms.cli.{command}").register(sub)
     return parser
 
 
@@ -85,6 +68,3 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(130)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

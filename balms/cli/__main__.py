@@ -1,0 +1,7 @@
+"""`python -m balms.cli ...`: the `balms` command."""
+
+import sys
+
+from balms.cli import main
+
+sys.exit(main())
