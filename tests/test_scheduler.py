@@ -346,12 +346,12 @@ def test_a_cell_another_process_holds_is_run_after_the_others_not_waited_for_fir
     cfg = _cfg(servers, concurrency=2)
     mine, shared = _cells(cfg)[:2]  # Qwen's Health-LLM and RAG cells
     shared_path = shared.spec.run_path(cfg.runs_root())
-    run_cell_spec(cfg, shared, progress=False)  # the other process's work, on disk
+    records_of(cfg, [shared], progress=False)  # the other process's work, on disk
     shared_path.parent.mkdir(parents=True, exist_ok=True)
     holder = open(shared_path.with_name(shared_path.name + ".lock"), "a+")  # a second open file: another holder
     fcntl.flock(holder, fcntl.LOCK_EX)
     out = {}
-    t = threading.Thread(target=lambda: out.update(r=run_cells(cfg, [shared, mine], progress=False)), daemon=True)
+    t = threading.Thread(target=lambda: out.update(r=schedule_cells(cfg, [shared, mine], progress=False)), daemon=True)
     t.start()
     mine_path = mine.spec.run_path(cfg.runs_root())
     deadline = time.monotonic() + 60
