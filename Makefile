@@ -90,8 +90,8 @@ lint: ## ruff check (rules in pyproject.toml [tool.ruff])
 
 test: test-fast test-slow test-notebooks test-replay ## The README's test command: unit, real-model, notebook and replay tests
 
-test-fast: ## Fast tests (no model, no server)
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+test-fast: ## Fast tests (no model, no server), one worker per core (pytest-xdist)
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider -n auto
 
 test-slow: ## Tests that run a real small model, a real llama.cpp server or the sandbox
 	$(PY) -m pytest -q -m "slow" -p no:cacheprovider
