@@ -2,10 +2,11 @@
 
 `export_responses` writes the exact subset of the response cache that a profile's runs used (the keys their
 records and judge verdicts name, see `used_keys`; each response verified against its digest, the export refused
-when one is missing) plus the RAPTOR day summaries of the models those runs used, as one deterministic gzip'd
-JSONL file (sorted, no timestamps: the same responses give the same bytes). `import_responses` loads such a file
-into the local caches, all or nothing; `compare_tables` checks regenerated tables
-against committed ones with latency columns (measured, machine-dependent) set aside.
+when one is missing, and when a cell the profile's notebooks declare has no records here, see `complete_files`)
+plus the RAPTOR day summaries of the models those runs used, as one deterministic gzip'd JSONL file (sorted, no
+timestamps: the same responses give the same bytes). `import_responses` loads such a file into the local caches,
+all or nothing; `compare_tables` checks regenerated tables against committed ones with latency columns
+(measured, machine-dependent) set aside.
 
 Files written under an earlier response-key rule (format balms-responses/1: before a backend's request
 additions entered the key) are re-keyed on import, and `rekey_responses` (`balms bundle rekey-responses IN OUT`)
@@ -50,18 +51,52 @@ def run_files(profile: str, keys: set[str] | None = None) -> list[Path]:
     return picked
 
 
+def complete_files(cfg, *, every: bool = False) -> tuple[list[Path], int]:
+    """The run files (and companions) of every cell `cfg`'s notebooks declare, refused unless each has its records
+    (and each cell notebook 07 judges its verdicts, the profile its case-study verdicts): a replay of the profile
+    needs all of them, and a cell run under another key (other code, other P) names other responses. With
+    `every`, the other run files of the profile too. Returns the files and how many run files were left out."""
+    from balms.cellspec import key_of_run_file
+    from balms.experiments.cells import cells_for, profile_notebooks
+    from balms.experiments.grid import build_cell
+    from balms.experiments.judging import CASE_STUDY_VERDICTS
+    from balms.experiments.runfiles import status
+
+    root = cfg.runs_root()
+    st = status(cfg, root)
+    gaps = [f"{what} ({key}): no run file" for key, what in st.missing.items()]
+    if "07_rationale_quality" in profile_notebooks(cfg):
+        by_key = {key_of_run_file(f): f for f in st.current}
+        for decl in cells_for("07_rationale_quality", cfg):
+            f = by_key.get(build_cell(cfg, decl, key_only=True).spec.key())
+            if f is not None and not f.with_name(f.name.removesuffix(".jsonl") + ".judge.jsonl").exists():
+                gaps.append(f"{f.relative_to(root)}: no judge verdicts (notebook 07)")
+        if not (root / CASE_STUDY_VERDICTS).exists():
+            gaps.append(f"{CASE_STUDY_VERDICTS}: no case-study verdicts (notebook 07)")
+    if gaps:
+        raise DataError(root, f"{len(gaps)} cell(s) or verdict file(s) the profile's notebooks declare are not here, "
+                        "nothing written: " + "; ".join(gaps[:5]) + ("; ..." if len(gaps) > 5 else "")
+                        + f" ({len(st.superseded)} run file(s) of other cells are: run by other code or other P?). "
+                        "Run the notebooks first "
+                        f"(`make paper PROFILE={cfg.profile} P=\"-p cache_mode replay\"` makes no model call when the "
+                        "cache holds their responses), or pass the P they ran with")
+    picked = run_files(cfg.profile, None if every else {key_of_run_file(f) for f in st.current})
+    return picked, 0 if every else len(st.superseded)
+
+
 def used_keys(files: list[Path]) -> tuple[dict[str, str], dict]:
     """The response-cache keys the records and judge verdicts of these files name, each with where it is first
     named ("file row N"), and counts. A record that answered with model calls (or a verdict that called its
     judge) but names no key was written before records named their responses (or by an agent that does not log
     its calls through `Episode.call`): refused, naming the first, because its responses cannot be found from it."""
     keys: dict[str, str] = {}
-    n = {"records": 0, "verdicts": 0}
+    n = {"records": 0, "cells": 0, "verdicts": 0}
     unkeyed = []
     for f in files:
         if not f.name.endswith(".jsonl"):
             continue
         verdicts = f.name.endswith(".judge.jsonl")
+        n["cells"] += not verdicts
         for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue
@@ -120,9 +155,14 @@ def responses_payload(profile: str, *, cache_dir: Path | None = None,
         if cache is not None:
             cache.close()
     if missing:
+        from collections import Counter
+
+        where = Counter(Path(keys[k].rsplit(" row ", 1)[0]).name for k in missing)
         raise DataError(cdir / "responses.sqlite", f"{len(missing)} of the {len(keys)} responses the records use "
-                        f"are not in the cache (first {missing[0]}, named by {keys[missing[0]]}); nothing written: "
-                        "re-run those cells in cache mode 'rw', or export from the cache that ran them")
+                        f"are not in the cache, named by {len(where)} file(s): "
+                        + ", ".join(f"{name} ({n})" for name, n in sorted(where.items()))
+                        + f" (first {missing[0]}, named by {keys[missing[0]]}); nothing written: re-run those cells "
+                        "in cache mode 'rw', or export from the cache that ran them")
     n_summ = 0
     spath = cdir / "raptor_summaries.sqlite"
     model_ids = _run_model_ids(files)
@@ -158,13 +198,23 @@ def _gzip(data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None, keys: set[str] | None = None) -> dict:
+def _picked(profile: str, keys: set[str] | None, cfg, every: bool) -> tuple[list[Path], dict]:
+    if cfg is None:
+        return run_files(profile, keys), {}
+    files, left_out = complete_files(cfg, every=every)
+    return files, {"run_files_left_out": left_out}
+
+
+def export_responses(profile: str, out: Path, *, cache_dir: Path | None = None, keys: set[str] | None = None,
+                     cfg=None, every: bool = False) -> dict:
     """Write the responses the profile's records name and its RAPTOR summaries to `out` (.jsonl.gz); returns counts
-    and sha256. `keys`: only the records of these cells (as `export_bundle`)."""
-    payload, counts = responses_payload(profile, cache_dir=cache_dir, files=run_files(profile, keys))
+    and sha256. `keys`: only the records of these cells; `cfg` (an ExperimentConfig): those of every cell its
+    notebooks declare, refused unless all ran (`complete_files`; `every`: the profile's other run files too)."""
+    files, extra = _picked(profile, keys, cfg, every)
+    payload, counts = responses_payload(profile, cache_dir=cache_dir, files=files)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(_gzip(payload))
-    return counts | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
+    return counts | extra | {"bytes": out.stat().st_size, "sha256": hashlib.sha256(out.read_bytes()).hexdigest()}
 
 
 PREFER = ("bundle", "local")  # which side wins where the local caches answer a key differently
@@ -372,12 +422,12 @@ def _sha(data: bytes) -> str:
 
 
 def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | None = None,
-                  keys: set[str] | None = None) -> dict:
+                  keys: set[str] | None = None, cfg=None, every: bool = False) -> dict:
     """One archive with the profile's runs, the responses their records name (each verified against its digest;
-    refused when one is missing) and the runs' RAPTOR summaries, checksums and provenance. `keys`: only the run
-    files of these cells (the CLI passes the cells the profile declares now; superseded files stay out)."""
+    refused when one is missing) and the runs' RAPTOR summaries, checksums and provenance. `keys`, `cfg`, `every`:
+    which run files, as `export_responses` (the CLI passes `cfg`: every declared cell, superseded files left out)."""
     root = paths.runs_dir() / profile
-    picked = run_files(profile, keys)
+    picked, extra = _picked(profile, keys, cfg, every)
     out = Path(out) if out else paths.PROJECT_ROOT / "results" / profile / f"{profile}.bundle.tar.gz"
     files: dict[str, bytes] = {}
     fingerprints: dict[str, set] = {}
@@ -403,7 +453,7 @@ def export_bundle(profile: str, out: Path | None = None, *, cache_dir: Path | No
     files["BUNDLE.json"] = json.dumps(meta, indent=2, sort_keys=True).encode()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(_tar_bytes(files))
-    return meta["counts"] | {"path": str(out), "bytes": out.stat().st_size, "sha256": _sha(out.read_bytes())}
+    return meta["counts"] | extra | {"path": str(out), "bytes": out.stat().st_size, "sha256": _sha(out.read_bytes())}
 
 
 def _read_bundle(path: Path) -> dict[str, bytes]:

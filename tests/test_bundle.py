@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -213,8 +214,9 @@ def test_export_refuses_a_missing_or_altered_response_and_a_record_without_keys(
     con.execute("DELETE FROM responses WHERE key = ?", (keys[-1],))
     con.commit()
     con.close()
-    with pytest.raises(DataError, match=rf"1 of the 3 responses the records use are not in the cache \(first "
-                                        rf"{keys[-1]}, named by .*{run_file.name} row 3"):
+    with pytest.raises(DataError, match=rf"1 of the 3 responses the records use are not in the cache, named by 1 "
+                                        rf"file\(s\): {run_file.name} \(1\) \(first {keys[-1]}, named by "
+                                        rf".*{run_file.name} row 3"):
         bundle.export_bundle("p", tmp_path / "p.tar.gz", cache_dir=tmp_path / "c1")
     lines = run_file.read_text().splitlines()
     rec = json.loads(lines[0])
@@ -318,4 +320,113 @@ def test_export_after_a_notebook_run_packs_every_response_the_records_used(tmp_p
     assert df2[cols].sort_values(cols).values.tolist() == df[cols].sort_values(cols).values.tolist()
     assert judged2["judge_status"].tolist() == judged["judge_status"].tolist()
     assert case2.drop(columns=["judge_model"]).equals(case.drop(columns=["judge_model"]))
+    ex.cohorts._cohort.cache_clear()
+
+
+def test_export_after_notebooks_01_and_03_is_complete_or_refused(tmp_path, monkeypatch, capsys):
+    """Issue 37's last gap: the demo's `make export-responses` packed the records of only part of its cells, exit 0,
+    and a replay from that file stopped in notebook 03's sweep ("replay-only cache miss"). The notebooks had run part of
+    the profile's cells under other keys (the code changed between notebooks; the same happens with another P),
+    and the export read only the records of the keys declared now. Now every cell the notebooks declare must have
+    its records here or the export refuses, naming them; a complete export replays notebooks 01 and 03 from an
+    empty cache and a new runs folder with zero model calls; a response gone from the cache is refused by cell."""
+    import sqlite3
+
+    import balms.experiments as ex
+    import balms.experiments.grid as grid
+    import balms.models.registry as reg
+    import balms.models.routing as routing
+    from balms.cli import main
+    from balms.experiments.config import load, parse_cli_overrides
+    from tests.test_experiments import Scripted
+
+    P = ("-p datasets [pmdata] -p systems [healthllm] -p backbones [scripted] -p horizon_datasets [pmdata] -p "
+         "horizon_systems [healthllm] -p lookbacks [3,5] -p n_samples 2 -p notebooks [01_prediction,03_long_horizon]")
+    cfg = load("smoke", **parse_cli_overrides(P))
+    monkeypatch.setenv("BALMS_RAW_DIR", str(tmp_path / "no_raw"))  # -> synthetic cohorts
+    monkeypatch.setattr(routing, "check_models", lambda *a, **kw: {})
+    ex.cohorts._cohort.cache_clear()
+
+    def use(where: str, backend, mode="rw"):
+        monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / where / "runs"))
+        monkeypatch.setenv("BALMS_CACHE_DIR", str(tmp_path / where / "cache"))
+        monkeypatch.setattr(reg, "get_backend", lambda name=None, **kw: CachedBackend(backend, reg.shared_cache(),
+                                                                                        mode=mode))
+
+    def export(out, what="export-responses") -> tuple[int, str]:  # `make export-responses` with the run's P
+        rc = main(["bundle", what, "--profile", "smoke", "--out", str(out), "--set", P])
+        return rc, capsys.readouterr().err
+
+    scripted = Scripted()
+    use("a", scripted)
+    with monkeypatch.context() as m:  # notebook 03 ran before a code change re-keyed its cells
+        m.setattr(grid, "cell_code_fingerprint", lambda *a: "0" * 16)
+        ex.run(cfg, "03_long_horizon")
+    ex.run(cfg, "01_prediction")
+    out = tmp_path / "responses.jsonl.gz"
+    assert export(tmp_path / "t.tar.gz", "export")[0] == 2 and not (tmp_path / "t.tar.gz").exists()
+    rc, err = export(out)  # before: 2 responses of notebook 01's 2 records packed, exit 0
+    assert rc == 2 and not out.exists()
+    assert re.search(r"2 cell\(s\) or verdict file\(s\) the profile's notebooks declare are not here.*"
+                     r"03_long_horizon: pmdata healthllm scripted zs L3 .*: no run file.*"
+                     r"\(2 run file\(s\) of other cells are", err), err
+
+    calls = scripted.calls
+    use("a", scripted, mode="replay")
+    ex.run(cfg, "03_long_horizon")  # notebook 03 again at this code: from the cache, no call
+    assert scripted.calls == calls
+    rc, err = export(out)
+    assert rc == 0, err
+    assert "packed 6 response(s) named by 6 record(s) of 3 cell(s)" in err  # 01's cell and 03's two, 2 samples each
+    assert "2 run file(s) of cells not declared now left out" in err  # notebook 03's superseded ones
+    assert export(tmp_path / "t.tar.gz", "export")[0] == 0
+    assert bundle.verify_bundle(tmp_path / "t.tar.gz")[0]["counts"]["responses"] == 6
+
+    use("b", NeverCalled(model_id=Scripted.model_id), mode="replay")  # an empty cache and runs folder
+    assert bundle.import_responses(out)["responses"] == 6
+    zs, sweep = ex.run(cfg, "01_prediction"), ex.run(cfg, "03_long_horizon")
+    assert (zs["status"] == "ok").all() and len(zs) == 2 and (sweep["status"] == "ok").all() and len(sweep) == 4
+
+    use("a", scripted)
+    run_file = next(f for f in (tmp_path / "a" / "runs" / "smoke").rglob("*L5__*.jsonl")  # the current one
+                    if json.loads(f.read_text().splitlines()[0])["cell"]["code_fingerprint"] != "0" * 16)
+    key = next(st["meta"]["response_key"] for st in json.loads(run_file.read_text().splitlines()[0])["transcript"]
+               if "response_key" in st["meta"])
+    con = sqlite3.connect(tmp_path / "a" / "cache" / "responses.sqlite")
+    con.execute("DELETE FROM responses WHERE key = ?", (key,))
+    con.commit()
+    con.close()
+    out.unlink()
+    rc, err = export(out)
+    assert rc == 2 and not out.exists()
+    assert f"1 of the 6 responses the records use are not in the cache, named by 1 file(s): {run_file.name} (1)" in err
+    ex.cohorts._cohort.cache_clear()
+
+
+def test_export_refuses_a_judged_cell_without_its_verdicts(tmp_path, monkeypatch):
+    """Notebook 07's verdicts name the judge's responses: a judged cell without its verdict file, or a profile
+    without its case-study verdicts, is refused by name (the replay of notebook 07 would miss them)."""
+    import balms.experiments as ex
+    import balms.models.registry as reg
+    import balms.models.routing as routing
+    from balms.experiments.config import ExperimentConfig
+    from balms.experiments.judging import CASE_STUDY_VERDICTS
+    from tests.test_experiments import Scripted
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(tmp_path / "no_raw"))  # -> synthetic cohorts
+    monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr(routing, "check_models", lambda *a, **kw: {})
+    monkeypatch.setattr(reg, "get_backend", lambda name=None, **kw: Scripted())
+    ex.cohorts._cohort.cache_clear()
+    cfg = ExperimentConfig(profile="t", datasets=["pmdata"], systems=["healthllm"], backbones=["scripted"],
+                           n_samples=1, judge_datasets=["pmdata"], notebooks=["02_cot", "07_rationale_quality"])
+    ex.run(cfg, "02_cot", progress=False)
+    with pytest.raises(DataError, match=r"2 cell\(s\) or verdict file\(s\).*healthllm__scripted__cot__L\d+__\w+"
+                                        rf"\.jsonl: no judge verdicts \(notebook 07\); {CASE_STUDY_VERDICTS}: no "):
+        bundle.complete_files(cfg)
+    cot = next((tmp_path / "runs" / "t").rglob("*__cot__*.jsonl"))
+    cot.with_name(cot.name.removesuffix(".jsonl") + ".judge.jsonl").write_text("")
+    (tmp_path / "runs" / "t" / CASE_STUDY_VERDICTS).write_text("")
+    files, left_out = bundle.complete_files(cfg)
+    assert left_out == 0 and len([f for f in files if f.name.endswith(".judge.jsonl")]) == 2
     ex.cohorts._cohort.cache_clear()

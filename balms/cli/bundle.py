@@ -28,7 +28,8 @@ def register(sub) -> None:
     e.add_argument("--profile", required=True)
     e.add_argument("--out", required=True)
     e.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
-    e.add_argument("--all", action="store_true", help="every run file, superseded cells too")
+    e.add_argument("--all", action="store_true", help="every run file, superseded cells too (the declared ones must "
+                   "all be there either way)")
     prefer_help = ("which side wins where the local caches answer a key differently (default: refuse, write "
                    "nothing and exit 2)")
     i = s.add_parser("import-responses", help="load an exported responses file into the local caches")
@@ -42,7 +43,8 @@ def register(sub) -> None:
     b.add_argument("--profile", required=True)
     b.add_argument("--out", default=None, help="default: results/<profile>/<profile>.bundle.tar.gz")
     b.add_argument("--set", default="", help="overrides as '-p name value ...' (make's P): which cells are current")
-    b.add_argument("--all", action="store_true", help="every run file, superseded cells too")
+    b.add_argument("--all", action="store_true", help="every run file, superseded cells too (the declared ones must "
+                   "all be there either way)")
     bi = s.add_parser("import", help="verify a bundle's checksums and data, then install its runs and responses")
     bi.add_argument("file")
     bi.add_argument("--no-data-check", action="store_true", help="install even if the local data differ")
@@ -55,21 +57,22 @@ def register(sub) -> None:
     c.add_argument("--profile", default="demo")
 
     def run(a) -> int:
+        from balms.experiments.config import ConfigError
         from balms.models.cache import CacheIntegrityError
 
         try:
             return _dispatch(a)
-        except (DataError, CacheIntegrityError) as exc:
+        except (DataError, CacheIntegrityError, ConfigError) as exc:
             print(f"balms bundle: {exc}", file=sys.stderr)
             return 2
 
     def _dispatch(a) -> int:
-        if a.cmd in ("export", "export-responses"):
-            from balms.experiments.runfiles import profile_keys
+        if a.cmd in ("export", "export-responses"):  # every cell the notebooks declare, with the run's P
+            from balms.experiments.config import load, parse_cli_overrides
 
-            keys = None if a.all else profile_keys(a.profile, a.set)
+            cfg = load(a.profile, **parse_cli_overrides(a.set))
         if a.cmd == "export":
-            got = export_bundle(a.profile, Path(a.out) if a.out else None, keys=keys)
+            got = export_bundle(cfg.profile, Path(a.out) if a.out else None, cfg=cfg, every=a.all)
             print(json.dumps(got))
             _packed(got)
         elif a.cmd == "import":
@@ -78,7 +81,7 @@ def register(sub) -> None:
             meta, _ = verify_bundle(Path(a.file))
             print(json.dumps({"profile": meta["profile"], "files": len(meta["files"]), **meta["counts"]}))
         elif a.cmd == "export-responses":
-            got = export_responses(a.profile, Path(a.out), keys=keys)
+            got = export_responses(cfg.profile, Path(a.out), cfg=cfg, every=a.all)
             print(json.dumps(got))
             _packed(got)
         elif a.cmd == "rekey-responses":
@@ -101,7 +104,10 @@ def register(sub) -> None:
         return 0
 
     def _packed(got: dict) -> None:
-        print(f"balms bundle: packed {got['responses']} response(s) named by {got['records']} record(s) and "
-              f"{got['verdicts']} judge verdict(s), {got['raptor_summaries']} RAPTOR summaries", file=sys.stderr)
+        left = got.get("run_files_left_out")
+        note = f"; {left} run file(s) of cells not declared now left out (--all packs them)" if left else ""
+        print(f"balms bundle: packed {got['responses']} response(s) named by {got['records']} record(s) of "
+              f"{got['cells']} cell(s) and {got['verdicts']} judge verdict(s), {got['raptor_summaries']} RAPTOR "
+              f"summaries{note}", file=sys.stderr)
 
     p.set_defaults(func=run)
