@@ -28,7 +28,7 @@ def test_agent_defaults_are_the_configurations(system):
         assert defaults[opt] == getattr(cfg, field), (system, opt, field)
     # token budgets included: a bare agent records what a configured cell of a non-reasoning model records
     assert registry.make_agent(system).options() == registry.build_agent(system, cfg).options()
-    if spec.cost == "single" and "cot" in {f.name for f in dataclasses.fields(spec.agent)}:
+    if spec.single_call and "cot" in {f.name for f in dataclasses.fields(spec.agent)}:
         assert registry.make_agent(system, cot=True).options() == registry.build_agent(system, cfg, cot=True).options()
 
 

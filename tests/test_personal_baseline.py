@@ -206,7 +206,7 @@ def test_ours_runs_only_where_a_parameter_names_it():
 
     spec = get_system("personal-baseline")
     assert spec.name in system_names() and not spec.paper and spec.label.endswith("(ours)")
-    assert spec.batchable and spec.cost == "single"
+    assert spec.batchable and spec.single_call
     for profile in ("demo", "paper"):
         cfg = config.load(profile)
         assert tuple(cfg.systems) == PAPER_SYSTEMS and not cfg.size_backbones
@@ -234,7 +234,7 @@ def test_cpu_study_size_cells_are_the_single_call_zero_shot_cells_on_nested_days
     assert "personal_baseline" in cfg.systems and cfg.size_backbones and cfg.size_n_samples
     size = cells_for("08_cpu_study", cfg)
     assert size and {c.model for c in size} == set(cfg.size_backbones) and not any(c.cot for c in size)
-    assert {c.system for c in size} == {s for s in cfg.systems if get_system(s).cost == "single"}
+    assert {c.system for c in size} == {s for s in cfg.systems if get_system(s).single_call}
     assert {c.dataset for c in size} == set(cfg.datasets)
     for c in size:
         big = grid.build_cell(cfg, c, key_only=True).samples

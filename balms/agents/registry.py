@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from balms.agents.base import Agent
 from balms.agents.healthllm import HealthLLMAgent
@@ -27,8 +27,6 @@ from balms.agents.rag import RAGAgent
 from balms.agents.raptor import RaptorAgent
 
 ENTRY_POINT_GROUP = "balms.systems"
-# the plan's cost model of one sample: one call; PHIA's growing ReAct conversation; RAPTOR's call plus day summaries
-CostModel = Literal["single", "phia", "raptor"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +38,9 @@ class SystemSpec:
     display_name: str  # as tables and figures name it (the paper's name for the paper's systems)
     description: str = ""
     paper: bool = True  # one of the paper's four systems; False = ours, labelled as such wherever it appears
-    cost: CostModel = "single"
+    # one model call per sample (the sensor test's and the size check's systems); False: a chain (a ReAct loop, day
+    # summaries), which the scheduler starts first, as its chain makes a run's tail
+    single_call: bool = True
     batchable: bool = False  # one call per sample with the prompt known up front (Anthropic Message Batches)
     prompt_styles: tuple[str, ...] = ()  # template styles it accepts ("paper", "corrected"); () = none
     has_cot: bool = True  # whether a CoT variant exists
@@ -104,10 +104,11 @@ _BUILTIN = (
                batchable=True, config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k"}, preview=_rag_preview,
                **_PROMPT),
     SystemSpec("raptor", RaptorAgent, "Raptor", "day summaries over sub-day leaves, retrieved from a two-level tree",
-               cost="raptor", config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k", "memory": "raptor_memory"},
+               single_call=False,
+               config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k", "memory": "raptor_memory"},
                preview=_raptor_preview, preview_model=True, **_PROMPT),
     SystemSpec("phia", PhiaAgent, "PHIA", "ReAct loop writing pandas code over the user's record in a sandbox",
-               cost="phia", budget_role="phia_step", fixed_options={"executor": "faithful"},
+               single_call=False, budget_role="phia_step", fixed_options={"executor": "faithful"},
                config_fields={"max_iters": "phia_max_iters", "primer": "phia_primer", "fence_stop": "phia_fence_stop",
                               "force_answer": "phia_force_answer", "frame_span": "phia_frame_span",
                               "code_fence": "phia_code_fence",

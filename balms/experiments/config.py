@@ -285,7 +285,7 @@ class ExperimentConfig(BaseModel):
     @property
     def size_systems(self) -> list[str]:
         """The systems notebook 08 repeats on `size_backbones`: the single-call ones among `systems`."""
-        return [s for s in self.systems if get_system(s).cost == "single"]
+        return [s for s in self.systems if get_system(s).single_call]
 
     @property
     def sensor_test_systems(self) -> list[str]:

@@ -284,7 +284,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, *, progress: bool
                 check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))
 
         def jobs():
-            tier = {i: 0 if get_system(cells[i].spec.system).cost != "single" else 1 for i in todo}
+            tier = {i: int(get_system(cells[i].spec.system).single_call) for i in todo}
             for (t, k, pos), i, s in sorted(((tier[c], k, pos), c, s) for pos, c in enumerate(todo)
                                             for k, s in enumerate(runs[c].todo)):
                 # embedded models: cell after cell (this machine serves one at a time)

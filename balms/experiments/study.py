@@ -162,7 +162,7 @@ def ours_rows(cfg: ExperimentConfig, zs: pd.DataFrame, size: pd.DataFrame, super
 
     rows = []
     base_model = cfg.backbones[0]
-    single = [s for s in system_names() if get_system(s).cost == "single"]
+    single = [s for s in system_names() if get_system(s).single_call]
     for d in cfg.datasets:
         pb, hl = _cell(zs, d, OURS, base_model), _cell(zs, d, "healthllm", base_model)
         kw = dict(dataset=d, system=OURS, model=base_model)
