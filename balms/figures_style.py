@@ -32,8 +32,8 @@ class Display:
 DISPLAY: dict[str, Display] = {
     "mae": Display("MAE", "label points", "lower"),
     "MAE": Display("MAE", "label points", "lower"),
-    "relative_change": Display("relative change of MAE", "fraction; -0.1 = 10% lower", "lower"),
-    "relative change": Display("relative change of MAE", "fraction; -0.1 = 10% lower", "lower"),
+    "relative_change": Display("relative change of MAE", "fraction", "lower"),
+    "relative change": Display("relative change of MAE", "fraction", "lower"),
     "mean_latency_s": Display("mean latency per sample", "s", "lower"),
     "latency_s": Display("latency per sample", "s", "lower"),
     "mean_prompt_tokens": Display("mean prompt tokens per sample", "tokens"),
@@ -117,6 +117,11 @@ def _raw_names() -> re.Pattern:
     return re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, keys)) + r")(?![\w-]|\.\w)")
 
 
+def raw_names_in(text: str) -> list[str]:
+    """The raw dataset or system keys `text` shows instead of their display names."""
+    return [m.group(1) for m in _raw_names().finditer(text or "")]
+
+
 def display_text(text: str) -> str:
     """`text` with every raw dataset or system key replaced by its display name."""
     return _raw_names().sub(lambda m: names()[m.group(1)], text)
@@ -185,14 +190,13 @@ def check_figure(fig, *, caption: str = "", n: int | None = None, source: str | 
     problems = []
     title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
     fig.canvas.draw()
-    raw = _raw_names()
     texts = [("title", title)] + [("legend entry", t.get_text()) for leg in _legends(fig) for t in leg.get_texts()]
     for i, ax in enumerate(fig.axes):
         texts += [(f"panel {i} title", ax.get_title()), (f"panel {i} x label", ax.get_xlabel()),
                   (f"panel {i} y label", ax.get_ylabel())]
         texts += [(f"panel {i} tick label", t.get_text()) for t in ax.get_xticklabels() + ax.get_yticklabels()]
-    problems += [f"{where}: raw dataset or system name {m.group(1)!r} in {text!r} (figures_style.names)"
-                 for where, text in texts if (m := raw.search(text or ""))]
+    problems += [f"{where}: raw dataset or system name {raw[0]!r} in {text!r} (figures_style.names)"
+                 for where, text in texts if (raw := raw_names_in(text))]
     problems += _paper_mark_problems(fig)
     for i, ax in enumerate(fig.axes):
         if ax.name == "polar":
