@@ -158,6 +158,11 @@ def relabel(fig) -> None:
         fig._suptitle.set_text(display_text(fig._suptitle.get_text()))
 
 
+# text naming the paper as the source of values ("paper (Qwen2.5-14B)", "Qwen2.5-7B (paper)", "paper: Qwen2.5-7B"),
+# not a thing named after it ("Sleep minutes (paper recipe)")
+_PAPER_SIDE = re.compile(r"^paper\b|\(paper\)|\bpaper:")
+
+
 def _paper_mark_problems(fig) -> list[str]:
     """The paper's values drawn as anything but PAPER_MARK's diamonds (a bar, a category, a panel of their own)."""
     from matplotlib.lines import Line2D
@@ -168,12 +173,12 @@ def _paper_mark_problems(fig) -> list[str]:
             ok = isinstance(handle, Line2D) and (handle.get_marker() == PAPER_MARK["marker"] or
                                                   (handle.get_marker() in ("None", "", None)
                                                    and handle.get_linestyle() not in ("None", "")))
-            if "paper" in text.get_text() and not ok:
+            if _PAPER_SIDE.search(text.get_text()) and not ok:
                 problems.append(f"legend entry {text.get_text()!r}: the paper's values not drawn as diamonds")
     for i, ax in enumerate(fig.axes):
         texts = [ax.get_title(), *(t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels())]
         for t in texts:
-            if re.search(r"\bpaper\b", t):
+            if _PAPER_SIDE.search(t):
                 problems.append(f"panel {i}: the paper's values as a category or panel ({t!r}), not as diamonds")
                 break
     return problems

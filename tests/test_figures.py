@@ -357,6 +357,10 @@ def test_the_papers_values_other_than_as_diamonds_fail_the_checks():
                             hue="model", col="panel", title="data: real")
     style.relabel(as_panel)
     assert any("not as diamonds" in p for p in style.check_figure(as_panel, source="real"))
+    named_after = report.facet(s.assign(system=["Sleep minutes (paper recipe)", "steps"]), kind="bar", x="system",
+                               y="mae", hue="model", col="dataset", title="data: real")
+    style.relabel(named_after)
+    assert style.check_figure(named_after, source="real") == []  # a channel named after the paper is no paper value
 
 
 def test_facet_bar_marks_a_category_a_panel_did_not_run():
