@@ -290,13 +290,15 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
                   row: str | None = None, title: str = "", ylabel: str | None = None, refs: dict | None = None,
                   log: bool = False, missing_label: str = "no parsed answer", col_order: list | None = None,
                   paper_points: dict | None = None, paper_label: str = "paper (one mark per backbone)",
-                  paper_refs: dict | None = None):
+                  paper_refs: dict | None = None, sharey: bool = True):
     """Bars of a summary table with ITS intervals (the participant-cluster bootstrap the tables report), one
     panel per `col` value (e.g. one per backbone, in `col_order` when given) and one panel row per `row` value.
     A cell without a value is drawn as an explicit mark, never a silently missing bar; a panel whose slice has
     no cell at all says so. `refs` = {row or col value: y} draws a dashed reference line in the panels of that
     value (e.g. the mean predictor of a dataset). `paper_points` = {(row or col value, x value): [values]} marks
-    the paper's numbers for that cell (black diamonds), so a figure shows them beside ours, not only the CSV.
+    the paper's numbers for that cell (black diamonds), so a figure shows them beside ours, not only the CSV;
+    {(row or col value, x value, hue value): [values]} marks them beside that hue's bar. The paper's values are
+    drawn this way only, never as bars of their own (figures_style.check_figure).
     `paper_refs` = {row or col value: y} draws the paper's reference line (e.g. its mean predictor) dotted beside
     ours."""
     import matplotlib.pyplot as plt
@@ -309,7 +311,7 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
     hues = list(dict.fromkeys(summary[hue]))
     width = 0.8 / max(len(hues), 1)
     fig, axes = plt.subplots(len(rows_), len(cols), figsize=(3.2 * len(cols) + 1, 3.2 * len(rows_)),
-                             squeeze=False, sharey=True)
+                             squeeze=False, sharey=sharey)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ri, rv in enumerate(rows_):
         for ci, cv in enumerate(cols):
@@ -342,9 +344,14 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
                            label=str(h) if h not in ax.get_legend_handles_labels()[1] else None)
             for i, xv in enumerate(xs):
                 for key in (rv, cv):
-                    pts = [v for v in (paper_points or {}).get((key, xv), []) if v is not None and not np.isnan(v)]
-                    if key is not None and pts:
-                        ax.plot([i] * len(pts), pts, **style.PAPER_MARK, label=paper_label)
+                    # (panel, x): at the x category; (panel, x, hue): beside that hue's bar
+                    at = [(i, (paper_points or {}).get((key, xv), []))] + [
+                        (i - 0.4 + width * (j + 0.5), (paper_points or {}).get((key, xv, h), []))
+                        for j, h in enumerate(hues)]
+                    for pos, vals in at:
+                        pts = [v for v in vals if v is not None and not np.isnan(v)]
+                        if key is not None and pts:
+                            ax.plot([pos] * len(pts), pts, **style.PAPER_MARK, label=paper_label)
             for key in (rv, cv):
                 for lines, kw, label in ((refs, style.OURS_LINE, "mean predictor (ours)"),
                                          (paper_refs, style.PAPER_LINE, "mean predictor (paper)")):
@@ -364,8 +371,9 @@ def interval_bars(summary: pd.DataFrame, *, x: str, y: str, lo: str, hi: str, hu
                 handles.append(h_)
     if labels:  # below the panels: a legend inside one would cover its bars
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), bbox_to_anchor=(0.5, 0))
-    fig.suptitle(_wrap(title + " (error bars: 95% participant-bootstrap intervals of the tables; "
-                       "x = cell without a parsed answer)", style.title_width(fig)))
+    intervals = summary[[lo, hi]].notna().all(axis=1).any()
+    fig.suptitle(_wrap(title + (" (error bars: 95% participant-bootstrap intervals of the tables; "
+                                if intervals else " (") + "x = cell without a parsed answer)", style.title_width(fig)))
     fig.tight_layout(rect=(0, 0.04 * (1 + len(labels) // 4) if labels else 0, 1, 1))
     return fig
 

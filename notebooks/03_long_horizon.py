@@ -51,8 +51,6 @@ horizon_systems = None
 settings = None  # other command-line overrides (P) as a dict: servers, batches, budgets
 
 # %%
-import pandas as pd
-
 from balms import experiments as ex, report
 from balms.experiments import claims
 
@@ -94,12 +92,13 @@ PAPER_FIG5 = {("pmdata", "rag"): -0.29, ("globem", "rag"): -0.09, ("pmdata", "ph
 rc = "relative_change_%d_to_%d" % (first, last)
 for line in claims.relative_change_sentences(chg, change_col=rc, paper=PAPER_FIG5):
     print(line)
-both = pd.concat([chg[["dataset", "system", rc]].rename(columns={rc: "relative change"}).assign(who=f"ours ({cap})"),
-                  pd.DataFrame([{"dataset": d, "system": s_, "relative change": v, "who": "paper (Qwen2.5-14B)"}
-                                for (d, s_), v in PAPER_FIG5.items() if d in set(chg.dataset)])], ignore_index=True)
-fig = report.facet(both, kind="bar", x="system", y="relative change", hue="who", col="dataset",
-                   title=f"Relative MAE change, shortest -> longest look-back (ours {first} -> {last} days; paper: its "
-                         f"Section 4.3 figures, PHIA 'flat' drawn as 0); ours: {cap}; data: {src}")
+ours_rc = chg[["dataset", "system", rc]].rename(columns={rc: "relative change"}).assign(model=cap, lo=float("nan"),
+                                                                                       hi=float("nan"))
+fig = report.interval_bars(ours_rc, x="system", y="relative change", lo="lo", hi="hi", hue="model", col="dataset",
+                           paper_points={k: [v] for k, v in PAPER_FIG5.items()},
+                           paper_label="paper (Qwen2.5-14B, Section 4.3)",
+                           title=f"Relative MAE change, shortest -> longest look-back (ours {first} -> {last} days; "
+                                 f"paper: its Section 4.3 figures, PHIA 'flat' drawn as 0); ours: {cap}; data: {src}")
 report.save_figure(fig, "fig5_relative_change_vs_paper", artefact="Figure 5 (vs paper)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 

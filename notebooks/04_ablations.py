@@ -78,13 +78,21 @@ report.save_table(t4, "table4_globem_sensor_sets", artefact="Table 4", notebook=
 t4.round(3)
 
 # %%
-# Table 4 as a figure: the paper's four backbones beside ours, Full vs Fitbit-only, zero-shot and CoT.
-cols4 = ["full_mae", "full_cot_mae", "fitbit_mae", "fitbit_cot_mae"]
-long4 = t4.melt(id_vars=["who", "backbone", "system"], value_vars=[c for c in cols4 if c in t4], var_name="setting",
-                value_name="MAE").assign(setting=lambda d: d.setting.str.replace("_mae", "").str.replace("_", " + "),
-                                         panel=lambda d: d.who + ": " + d.backbone.astype(str))
-fig = report.facet(long4, kind="bar", x="system", y="MAE", hue="setting", col="panel", col_wrap=3,
-                   title=f"Table 4: GLOBEM Full vs Fitbit-only MAE, paper backbones and ours ({cap}); data: {src}")
+# Table 4 as a figure: ours as bars with intervals, Full vs Fitbit-only, zero-shot and CoT; the paper's four
+# backbones as black diamonds beside the bar of the same channel set
+SETS4 = {"full": "Full", "fitbit": "Fitbit-only"}
+several = summary.model.nunique() > 1
+bars4 = summary.assign(system=summary.system.map(ex.PAPER_SYSTEM_NAMES),
+                       mode=summary.cot.map({False: "zero-shot", True: "CoT"}),
+                       setting=summary.channel_set.map(SETS4) + ((" (" + summary.model + ")") if several else ""))
+channel_of = dict(zip(bars4.setting, bars4.channel_set))
+paper_pts4 = {(mode, sy, h): paper4.loc[paper4.system == sy, f"{cs}{sfx}_mae"].dropna().tolist()
+              for mode, sfx in (("zero-shot", ""), ("CoT", "_cot")) for sy in set(bars4.system)
+              for h, cs in channel_of.items()}
+fig = report.interval_bars(bars4, x="system", y="mae", lo="mae_ci_low", hi="mae_ci_high", hue="setting", col="mode",
+                           col_order=["zero-shot", "CoT"], paper_points=paper_pts4,
+                           title=f"Table 4: GLOBEM Full vs Fitbit-only MAE, ours ({cap}) beside the paper's backbones; "
+                                 f"data: {src}; {report.style.n_per(bars4)}")
 report.save_figure(fig, "table4_globem_vs_paper", artefact="Table 4 (figure, vs paper)", notebook=NB, source=src,
                    profile=cfg.profile, models=ex.models_run(recs), n=len(recs))
 

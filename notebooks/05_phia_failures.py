@@ -89,13 +89,14 @@ report.save_table(t7, "table7_phia_mode_collapse", artefact="Table 7", notebook=
 t7.round(3)
 
 # %%
-# Table 7 as a figure: mode rate and MAE, the paper's (Qwen2.5-14B, seed 0) beside ours per executor
-p7l = p7.assign(who="paper (Qwen2.5-14B)")[["dataset", "who", "mode_rate", "mae"]]
-o7l = mc.assign(who=lambda d: "ours " + d.executor + " (" + d.model + ")")[["dataset", "who", "mode_rate", "mae"]]
-long7 = pd.concat([p7l[p7l.dataset.isin(mc.dataset)], o7l], ignore_index=True).melt(
+# Table 7 as a figure: mode rate and MAE, ours per executor as bars, the paper's (Qwen2.5-14B, seed 0) as diamonds
+long7 = mc.assign(who=lambda d: "ours " + d.executor + " (" + d.model + ")").melt(
     id_vars=["dataset", "who"], value_vars=["mode_rate", "mae"], var_name="measure", value_name="value")
-fig = report.facet(long7, kind="bar", x="dataset", y="value", hue="who", col="measure", sharey=False,
-                   title=f"Table 7: PHIA mode rate and MAE, paper vs ours ({cap}); data: {src}")
+paper_pts7 = {(m, r.dataset): [getattr(r, m)] for r in p7.itertuples() for m in ("mode_rate", "mae")}
+fig = report.interval_bars(long7.assign(lo=float("nan"), hi=float("nan")), x="dataset", y="value", lo="lo", hi="hi",
+                           hue="who", col="measure", sharey=False, paper_points=paper_pts7,
+                           paper_label="paper (Qwen2.5-14B)",
+                           title=f"Table 7: PHIA mode rate and MAE, paper vs ours ({cap}); data: {src}")
 report.save_figure(fig, "table7_phia_mode_collapse", artefact="Table 7 (figure)", notebook=NB, source=src,
                    profile=cfg.profile, models=models, n=len(recs))
 for _, r in t7.iterrows():

@@ -145,12 +145,12 @@ if len(ours_gq):
                       profile=cfg.profile, models=judged_models + judges, n=len(paper_scope),
                       caption=f"GQ = (overall - 1) / 4 on GLOBEM: the paper's (from Table 6, Llama-3.3-70B) and ours; "
                               f"agents {cap}; judge {jcap_full}; n {len(paper_scope)} rationales")
-    fig = report.facet(gq.assign(backbone=gq.backbone + gq.who.map({"paper": " (paper)", "ours": " (ours)"})),
-                       kind="bar", x="backbone", y="gq", hue="system", aspect=2.2,
-                       title=f"Figure 4's GQ on GLOBEM: the paper's backbones beside ours ({cap}; judge {jcap})")
-    for ax in fig.axes:
-        for label in ax.get_xticklabels():
-            label.set(rotation=20, ha="right")
+    # ours as bars, the paper's backbones as black diamonds (one mark each)
+    fig = report.interval_bars(ours_gq.assign(lo=float("nan"), hi=float("nan")), x="system", y="gq", lo="lo",
+                               hi="hi", hue="backbone", col="dataset",
+                               paper_points={("globem", sy): g.gq.tolist() for sy, g in paper_gq.groupby("system")},
+                               paper_label="paper (one mark per backbone; judge Llama-3.3-70B)",
+                               title=f"Figure 4's GQ on GLOBEM: ours ({cap}; judge {jcap}) beside the paper's backbones")
     report.save_figure(fig, "fig4_gq_vs_paper", artefact="Figure 4 (GQ)", notebook=NB, source=src,
                        profile=cfg.profile, models=judged_models + judges, n=len(paper_scope))
     best = gq.loc[gq[gq.who == "paper"].gq.idxmax()]

@@ -247,8 +247,9 @@ def test_every_plotted_column_has_a_display_name():
 
 
 def test_committed_figures_pass_the_checks():
-    """save_figure records the checks beside each figure (<stem>.panels.json); every committed figure passes them.
-    Fails until the figures are regenerated with this code (older panels.json carry no checks)."""
+    """save_figure records the checks beside each figure (<stem>.panels.json); every committed figure passes them,
+    and its recorded title and panel titles name every dataset and system by its display name. Fails until the
+    figures are regenerated with this code (older panels.json carry no checks, or older checks)."""
     import json
     from pathlib import Path
 
@@ -260,8 +261,10 @@ def test_committed_figures_pass_the_checks():
     bad = {}
     for f in found:
         d = json.loads(f.read_text())
-        if d.get("problems", ["not checked: regenerate the figure"]):
-            bad[str(f.relative_to(paths.PROJECT_ROOT))] = d.get("problems", ["not checked"])
+        raw = [f"raw name {n!r} in {t!r}" for t in [d.get("title", ""), *d.get("panels", [])]
+               for n in style.raw_names_in(t)]  # also in figures saved before the check existed
+        if d.get("problems", ["not checked: regenerate the figure"]) or raw:
+            bad[str(f.relative_to(paths.PROJECT_ROOT))] = d.get("problems", ["not checked"]) + raw
     assert not bad, bad
 
 
@@ -293,7 +296,71 @@ def test_facet_titles_of_column_values_read_as_display_names():
     assert any("raw column name in title" in p for p in style.check_figure(fig))
     style.relabel(fig)
     assert _panel_titles(fig) == ["mode rate", "MAE"] and style.check_figure(fig, source="real") == []
-    assert [ax.get_xticklabels()[0].get_text() for ax in fig.axes] == ["pmdata"] * 2
+    assert [ax.get_xticklabels()[0].get_text() for ax in fig.axes] == ["PMData"] * 2
+
+
+@pytest.mark.parametrize("where", ["panel 0 tick label", "legend entry", "panel 0 title", "title", "panel 0 y label"])
+def test_a_raw_system_or_dataset_name_fails_the_checks_until_relabelled(where):
+    """Every dataset and system a figure shows reads as the display-name table says ("healthllm" was a tick)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.bar([0, 1], [0.5, 0.7], label="ours")
+    ax.set_xticks([0, 1], ["RAG", "Health-LLM"])
+    ax.set_ylabel(style.label("mae"))
+    ax.legend()
+    fig.suptitle("Table 3; data: real")
+    if where == "panel 0 tick label":
+        ax.set_xticks([0, 1], ["RAG", "healthllm"])
+    elif where == "legend entry":
+        ax.legend(["phia (qwen2.5-coder-0.5b)"])
+    elif where == "panel 0 title":
+        ax.set_title("pmdata | qwen2.5-coder-0.5b")
+    elif where == "title":
+        fig.suptitle("Table 3; samples per dataset: globem 3; data: real")
+    else:
+        ax.set_ylabel("diversityone\n" + style.label("mae"))
+    got = style.check_figure(fig, source="real")
+    assert len(got) == 1 and got[0].startswith(f"{where}: raw dataset or system name"), got
+    style.relabel(fig)
+    assert style.check_figure(fig, source="real") == []
+    shown = [t.get_text() for t in ax.get_xticklabels()] + [t.get_text() for t in ax.get_legend().get_texts()] + \
+        [ax.get_title(), ax.get_ylabel(), fig._suptitle.get_text()]
+    assert any(x in " ".join(shown) for x in ("Health-LLM", "PHIA (qwen2.5-coder-0.5b)", "PMData | qwen2.5-coder-0.5b",
+                                              "GLOBEM 3", "DiversityOne\n"))
+    plt.close(fig)
+
+
+def test_names_come_from_the_registries_and_spare_model_names():
+    from balms.agents.registry import display_names
+
+    assert style.names()["healthllm"] == display_names()["healthllm"] and style.names()["pmdata"] == "PMData"
+    # a key inside a model or file name is not a raw name
+    assert style.display_text("rag-7b phia.csv rag") == "rag-7b phia.csv RAG"
+
+
+def test_the_papers_values_other_than_as_diamonds_fail_the_checks():
+    """The paper's values are black diamonds in every figure (figures_style.PAPER_MARK): a bar or a panel of the
+    paper's values fails; diamonds and the paper's reference line pass."""
+    s = pd.DataFrame({"dataset": ["pmdata"] * 2, "system": ["healthllm", "rag"], "model": ["m"] * 2,
+                      "mae": [0.5, 0.7], "lo": [0.4, 0.6], "hi": [0.6, 0.8]})
+    good = report.interval_bars(s, x="system", y="mae", lo="lo", hi="hi", hue="model", col="dataset",
+                                paper_points={("pmdata", "rag"): [0.62]}, paper_refs={"pmdata": 0.5},
+                                title="data: real")
+    style.relabel(good)
+    assert style.check_figure(good, source="real") == []
+    as_bar = report.facet(s.assign(who=["paper (Qwen2.5-14B)", "ours"]), kind="bar", x="system", y="mae", hue="who",
+                          col="dataset", title="data: real")
+    style.relabel(as_bar)
+    assert any("not drawn as diamonds" in p for p in style.check_figure(as_bar, source="real"))
+    as_panel = report.facet(s.assign(panel=["paper: Qwen2.5-14B", "ours: m"]), kind="bar", x="system", y="mae",
+                            hue="model", col="panel", title="data: real")
+    style.relabel(as_panel)
+    assert any("not as diamonds" in p for p in style.check_figure(as_panel, source="real"))
+    named_after = report.facet(s.assign(system=["Sleep minutes (paper recipe)", "steps"]), kind="bar", x="system",
+                               y="mae", hue="model", col="dataset", title="data: real")
+    style.relabel(named_after)
+    assert style.check_figure(named_after, source="real") == []  # a channel named after the paper is no paper value
 
 
 def test_facet_bar_marks_a_category_a_panel_did_not_run():
