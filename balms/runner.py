@@ -1,21 +1,16 @@
-"""Resumable concurrent runner: agent x backend x samples -> one JSONL record per sample + a run manifest.
+"""Resumable runner: agent x backend x samples -> one JSONL record per sample + a run manifest.
 
-Crash safety: each record is appended, flushed and fsynced as its sample completes (records that complete
-together share one fsync) (model calls are already
-committed to the response cache as they arrive). On restart the file is read back, a torn last line (a kill
-mid-write) is truncated, finished samples are skipped and cached model calls are served from the cache: zero
-lost, zero duplicated, nothing recomputed. A sample that fails with a non-transient error (or a transient one
-that outlived its retries) gets a record with status "error" and `error` set: not a result, so the next run
-retries it (`retry_errors=False` keeps it), and once it succeeds it counts like any other sample.
+Crash safety: each record is appended, flushed and fsynced as its sample completes (its model calls are already
+in the response cache). On restart a torn last line (a kill mid-write) is truncated, finished samples are skipped
+and cached calls are answered from the cache: zero lost, zero duplicated, nothing recomputed. A sample that fails
+(a permanent error, or a transient one past its retries) gets a record with status "error": not a result, so the
+next run retries it (`retry_errors=False` keeps it); once it succeeds it counts like any other sample.
 
-Every model call goes through `RetryingBackend` (per-call timeout; exponential backoff with jitter, honouring
-retry-after, for transient errors), so a multi-step agent never redoes finished steps. When the backend has its
-own retry layer (get_backend adds one for remote models) the runner keeps that one and `retries` is not
-applied twice. Record order is completion order (identical across re-runs at concurrency 1).
-
-With a `CellSpec`, the spec is written into the manifest and (compact) into every record, and a run file whose
-records were made under another spec is refused. One process at a time works on a run file: an exclusive
-`fcntl` lock beside it makes a second writer (`make -j2 paper`, two notebooks sharing a cell) wait, then resume.
+Every call goes through `RetryingBackend` (a wall-clock deadline per call; backoff honouring retry-after) unless
+the backend has its own retry layer (get_backend adds one for remote models): attempts are never multiplied.
+Records are in completion order (identical across re-runs at concurrency 1). With a `CellSpec`, the spec goes
+into the manifest and (compact) into every record, and a run file made under another spec is refused. One process
+at a time works on a run file: an exclusive `fcntl` lock beside it makes a second writer wait, then resume.
 """
 
 from __future__ import annotations
@@ -29,13 +24,12 @@ import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from balms.data.schema import DataError
 from balms.jsonl_store import recover_jsonl, rewrite_jsonl, scan_jsonl
@@ -62,28 +56,19 @@ class RunResult:
     usage: dict = field(default_factory=dict)
     session: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["out_path"], d["manifest_path"] = str(self.out_path), str(self.manifest_path)
-        return d
-
 
 # ------------------------------------------------------------------------------------------ records file --
 def _parse(line: bytes) -> PredictionRecord:
     return PredictionRecord.model_validate_json(line)
 
 
-def _scan(path: Path) -> tuple[list[PredictionRecord], int, bool]:
-    """Parse the JSONL; return (records, byte length of the intact prefix, torn_tail)."""
-    return scan_jsonl(path, _parse, "PredictionRecord")
-
-
-def _check_unique(path: Path, records: Iterable[PredictionRecord]) -> None:
+def _unique(path: Path, records: list[PredictionRecord]) -> list[PredictionRecord]:
     seen: set[str] = set()
     for i, r in enumerate(records, 1):
         if r.key() in seen:
             raise DataError(path, f"duplicate record for sample {r.key()!r}", row=i)
         seen.add(r.key())
+    return records
 
 
 def load_records(path: str | Path) -> list[PredictionRecord]:
@@ -91,40 +76,7 @@ def load_records(path: str | Path) -> list[PredictionRecord]:
     path = Path(path)
     if not path.exists():
         raise DataError(path, "run file does not exist")
-    records, _, _ = _scan(path)
-    _check_unique(path, records)
-    return records
-
-
-def _recover(path: Path) -> list[PredictionRecord]:
-    """Read existing records for a resume, truncating (and reporting) a torn tail in place."""
-    records = recover_jsonl(path, _parse, "PredictionRecord")
-    _check_unique(path, records)
-    return records
-
-
-def _rewrite(path: Path, records: Sequence[PredictionRecord]) -> None:
-    rewrite_jsonl(path, [r.model_dump_json() for r in records])
-
-
-class _Appender:
-    """Append one JSON line per record; flush + fsync each, so a finished sample survives any kill."""
-
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "ab")
-        self._lock = threading.Lock()
-
-    def write(self, records: Sequence[PredictionRecord]) -> None:
-        """Append records that completed together, then one flush + fsync (group commit)."""
-        data = b"".join((r.model_dump_json() + "\n").encode("utf-8") for r in records)
-        with self._lock:
-            self._fh.write(data)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        self._fh.close()
+    return _unique(path, scan_jsonl(path, _parse, "PredictionRecord")[0])
 
 
 # ------------------------------------------------------------------------------------------ manifest -----
@@ -192,16 +144,6 @@ def _usage(records: Sequence[PredictionRecord]) -> dict:
         "model_calls": sum(r.n_steps for r in records),
         "agent_latency_s": round(sum(r.latency_s for r in records), 3),
         "estimated_cost_usd": round(sum(r.cost_usd for r in records), 6),
-    }
-
-
-def _data_sources(samples: Sequence, tables) -> dict:
-    return {
-        "sources": sorted({getattr(s, "source", "?") for s in samples}),
-        "datasets": sorted({getattr(s, "dataset", "?") for s in samples}),
-        "tables": None if tables is None else {
-            "name": getattr(tables, "name", None), "source": getattr(tables, "source", None),
-            "raw_dir": getattr(tables, "raw_dir", None)},
     }
 
 
@@ -306,14 +248,14 @@ class CellRun:
             raise ValueError(f"duplicate sample ids in the run: {dup}")
         self.wanted = set(ids)
         self.mpath = manifest_path_for(self.out_path)
-        existing = _recover(self.out_path)
+        existing = _unique(self.out_path, recover_jsonl(self.out_path, _parse, "PredictionRecord"))
         _check_spec(self.out_path, existing, spec)
         n_retried = 0
         if retry_errors and any(r.status == "error" and r.key() in self.wanted for r in existing):
             kept = [r for r in existing if not (r.status == "error" and r.key() in self.wanted)]
             n_retried = len(existing) - len(kept)
             existing = kept
-            _rewrite(self.out_path, existing)
+            rewrite_jsonl(self.out_path, [r.model_dump_json() for r in existing])
         self.done = {r.key() for r in existing}
         self.todo = [s for s in self.samples if s.sample_id not in self.done]
         self.n_before = len(self.samples) - len(self.todo)
@@ -342,7 +284,10 @@ class CellRun:
                       "cache_mode": getattr(backend, "mode", None)},
             "parameters": {"concurrency": concurrency, "timeout_s": timeout_s, "retries": retries,
                            "n_samples": len(self.samples), **(manifest_extra or {})},
-            "data": _data_sources(self.samples, tables),
+            "data": {"sources": sorted({getattr(x, "source", "?") for x in self.samples}),
+                     "datasets": sorted({getattr(x, "dataset", "?") for x in self.samples}),
+                     "tables": None if tables is None else {k: getattr(tables, k, None)
+                                                             for k in ("name", "source", "raw_dir")}},
             "git": _git(),
             "packages": _versions(),
             "python": sys.version.split()[0],
@@ -353,7 +298,8 @@ class CellRun:
         }
         _write_json_atomic(self.mpath, self.manifest)
         self.cell = None if spec is None else spec.compact()
-        self._appender = _Appender(self.out_path)
+        self.out_path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.out_path, "ab")
         self._t0 = time.perf_counter()
 
     def predict(self, sample) -> PredictionRecord | None:
@@ -361,13 +307,16 @@ class CellRun:
         return _predict(self.agent, self.wrapped, sample, self.tables)
 
     def write(self, rec: PredictionRecord) -> None:
+        """Append the record, flush and fsync: a finished sample survives any kill (one writer: slots.drive)."""
         rec.cell = self.cell
-        self._appender.write([rec])
+        self._fh.write((rec.model_dump_json() + "\n").encode("utf-8"))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
         self.session["n_new"] += 1
         self.session["n_errors_new"] += rec.status == "error"
 
     def close(self, status: str) -> RunResult:
-        self._appender.close()
+        self._fh.close()
         self.wrapped.close()
         wall = time.perf_counter() - self._t0
         stats1, inner, s = _stats(self.backend), self._inner, self.session
@@ -377,7 +326,7 @@ class CellRun:
             "retries": self.wrapped.retried + ((inner.retried - self._inner0[1]) if inner else 0),
             **{f"cache_{k}": stats1.get(k, 0) - self._stats0.get(k, 0) for k in ("hits", "misses") if k in stats1},
         })
-        records = [r for r in _scan(self.out_path)[0] if r.key() in self.wanted]
+        records = [r for r in scan_jsonl(self.out_path, _parse, "PredictionRecord")[0] if r.key() in self.wanted]
         usage = _usage(records)
         usage["wall_s"] = round(sum(x.get("wall_s", 0) for x in self.manifest["sessions"]), 3)
         self.manifest.update({
@@ -391,40 +340,35 @@ class CellRun:
                          wall, usage, s)
 
 
+def progress_bar(total: int, initial: int, desc: str, progress: bool):
+    """The samples' progress bar on stderr (every 10 s when stderr is not a terminal, e.g. a notebook's log)."""
+    from tqdm.std import tqdm
+
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return tqdm(total=total, initial=initial, unit="sample", disable=not progress, desc=desc, dynamic_ncols=True,
+                file=sys.stderr, mininterval=0.1 if tty else 10.0, smoothing=0.05)
+
+
 def run_samples(agent, backend, samples: Sequence, tables, out_path: str | Path, *, concurrency: int = 1,
                 timeout_s: float | None = None, retries: int = 4, progress: bool = True,
                 manifest_extra: dict | None = None, retry_errors: bool = True, spec=None) -> RunResult:
-    """Run `agent.predict(sample, tables, backend)` for every sample without a result in `out_path`; see module doc.
-
-    `retry_errors`: records with status "error" are not results and are run again (False: kept as they are).
-    `spec` (a balms.cellspec.CellSpec) is stored in the manifest and in every record written. `timeout_s`: each
-    model call's wall-clock deadline (None: from its max_tokens, balms.models.retrying.call_deadline)."""
-    from tqdm.std import tqdm
-
+    """Run `agent.predict(sample, tables, backend)` for every sample without a result in `out_path`, `concurrency`
+    at once; see the module doc. `spec` (a balms.cellspec.CellSpec) goes into the manifest and every record;
+    `timeout_s`: each call's wall-clock deadline (None: from its max_tokens, balms.models.retrying.call_deadline)."""
     from balms.threads import Pool
 
     out_path = Path(out_path)
     with cell_lock(out_path, progress=progress):
         run = CellRun(agent, backend, samples, tables, out_path, concurrency=concurrency, timeout_s=timeout_s,
                       retries=retries, manifest_extra=manifest_extra, retry_errors=retry_errors, spec=spec)
-        tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-        bar = tqdm(total=len(run.samples), initial=run.n_before, unit="sample", disable=not progress,
-                   desc=f"{run.manifest['agent']['name']}/{run.manifest['model']['name']}", dynamic_ncols=True,
-                   file=sys.stderr, mininterval=0.1 if tty else 10.0, smoothing=0.05)
-
-        def write(rec):
-            run.write(rec)
-            bar.update(1)
-
-        status = "incomplete"
-        try:
-            pool = Pool(max(1, min(concurrency, len(run.todo))), "balms-run")
+        status, pool = "incomplete", Pool(max(1, min(concurrency, len(run.todo))), "balms-run")
+        with progress_bar(len(run.samples), run.n_before, f"{run.manifest['agent']['name']}/"
+                          f"{run.manifest['model']['name']}", progress) as bar:
             try:
-                drive(((pool, k, run.predict, s) for k, s in enumerate(run.todo)), write)
+                drive(((pool, k, run.predict, s) for k, s in enumerate(run.todo)),
+                      lambda rec: (run.write(rec), bar.update(1)))
+                status = "complete"
             finally:
                 pool.close()
-            status = "complete"
-        finally:
-            bar.close()
-            result = run.close(status)
+                result = run.close(status)
     return result

@@ -18,7 +18,7 @@ from balms import runner
 from balms.experiments import scheduler
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import make_cell, run_cell_spec, run_grid
-from balms.experiments.scheduler import cell_records, interleave, record_content, run_cells
+from balms.experiments.scheduler import cell_records, record_content, run_cells
 from balms.models.slots import ServerSlots
 from balms.runner import manifest_path_for
 from fake_servers import AnsweringOpenAIServer
@@ -163,11 +163,6 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
     assert _content(grid) == _content(serial)
 
 
-def test_interleave_alternates_models_in_first_seen_order():
-    cells = ["a1", "a2", "a3", "b1", "c1", "c2"]
-    assert [cells[i] for i in interleave(cells, key=lambda c: c[0])] == ["a1", "b1", "c1", "a2", "c2", "a3"]
-
-
 def test_slots_hold_each_server_to_its_limit_and_pause_on_retry_after():
     import threading
     import time
@@ -220,9 +215,9 @@ def test_ranked_pool_runs_the_best_rank_first_and_hands_back_errors():
     the order of submission; a task's exception reaches whoever waits on it."""
     import threading
 
-    from balms.threads import RankedPool
+    from balms.threads import Pool
 
-    pool = RankedPool(1, "t")
+    pool = Pool(1, "t")
     gate, ran = threading.Event(), []
     blocker = pool.submit(0, gate.wait, 30)
     futures = [pool.submit(rank, ran.append, rank) for rank in (5, 1, 3)]

@@ -2,17 +2,15 @@
 server kept at its own limit of requests in flight (balms.models.slots), instead of one cell after another.
 
 Each cell keeps its own resumable run file, lock and manifest (balms.runner.CellRun); nothing about its records
-depends on the interleaving. The samples go into their model's pool all at once, in a static order: samples with
+depends on the interleaving. A model's samples go into its pool all at once in a static order: samples with
 several calls (RAPTOR, PHIA) first, whose chains make a run's tail, then sample by sample across the model's cells.
 A model's pool has SAMPLES_PER_SLOT threads per slot of its servers (a sample that embeds or runs code holds
-none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`: this machine is their server.
-
-Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
-`cfg.allow_errors`): no sample or call starts after it, the finished records are kept (balms.models.slots.drive).
-Spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`): balms.experiments.budget; samples it does not allow are not
-started, the report says how far the run got. Claude's single-call cells with `cfg.anthropic_batch`: their Message
-Batches are fetched on a thread of their own, one cell after another, each cell's samples queued once its batch
-is in.
+none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`, cell after cell: this machine is
+their server. Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
+`cfg.allow_errors`): no sample or call starts after it, finished records are kept (balms.models.slots.drive).
+The spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`, balms.experiments.budget) starts only the samples it
+allows. Claude's single-call cells with `cfg.anthropic_batch`: their Message Batches are fetched on a thread of
+their own, each cell's samples waiting for its batch.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ import contextlib
 import os
 import sys
 import threading
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
@@ -54,20 +51,6 @@ def record_content(rec: PredictionRecord) -> dict:
     for st in d["transcript"]:
         st["meta"] = {k: v for k, v in st["meta"].items() if k not in RUN_STEP_META}
     return d
-
-
-def interleave(cells: Sequence, key: Callable) -> list[int]:
-    """Indices of `cells` taking one per `key` in turn (first-seen key order), so every model starts early."""
-    groups: dict = defaultdict(list)
-    for i, c in enumerate(cells):
-        groups[key(c)].append(i)
-    queues = list(groups.values())
-    out: list[int] = []
-    while any(queues):
-        for q in queues:
-            if q:
-                out.append(q.pop(0))
-    return out
 
 
 def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
@@ -145,10 +128,8 @@ def cell_records(path, cell) -> list[PredictionRecord]:
 
 def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
     """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order (see the
-    module doc for order, pools, stops and the cap). A failed cell's error is raised once the samples in flight
-    have ended; under a spending cap the report's `stopped` says how far the run got."""
-    from tqdm.std import tqdm
-
+    module doc). A failed cell's error is raised once the samples in flight have ended; under a spending cap the
+    report's `stopped` says how far the run got."""
     from balms.agents.registry import get_system
     from balms.experiments.batching import prefetch_cell
     from balms.experiments.budget import SpendingCap
@@ -156,21 +137,18 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
     from balms.models.slots import drive
-    from balms.runner import CellRun, cell_lock
+    from balms.runner import CellRun, cell_lock, progress_bar
     from balms.threads import Pool
 
     cells = list(cells)
     limits = configure_slots(cfg, list(dict.fromkeys(c.spec.model for c in cells)))
     paths = [c.spec.run_path(cfg.runs_root()) for c in cells]
     first_of: dict = {}  # the same cell asked twice (two notebooks): run once
-    for i, p in enumerate(paths):
-        first_of.setdefault(p, i)
-    todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
+    todo = [i for i, p in enumerate(paths) if first_of.setdefault(p, i) == i]
     cap = SpendingCap.from_cfg(cfg)
     where = os.environ.get("BALMS_NOTEBOOK")
     tag = f"[{where}] scheduler" if where else "scheduler"
     runs: dict[int, CellRun] = {}
-    left: dict[int, int] = {}
     results: list = [None] * len(cells)
     with contextlib.ExitStack() as stack:
         for i in todo:
@@ -181,47 +159,40 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
                               concurrency=cfg.concurrency, timeout_s=cfg.call_deadline_s, spec=cells[i].spec,
                               retry_errors=cfg.retry_errors, manifest_extra={
                                   "profile": cfg.profile, "source": co.source, "scheduler": True})
-            left[i] = len(runs[i].todo)
+        left = {i: len(runs[i].todo) for i in todo}
         if cap is not None:
             cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
         # one pool per model: SAMPLES_PER_SLOT per slot of its servers (unmetered: its cells' concurrency);
         # embedded models share one of cfg.concurrency
-        local = {i for i in todo if _kind(cfg, cells[i]) in LOCAL_BACKENDS}
-        size: dict = defaultdict(int)
-        slots: dict = {}
+        pool_of = {i: "local" if _kind(cfg, cells[i]) in LOCAL_BACKENDS else cells[i].spec.model for i in todo}
+        size: dict = {}
         for i in todo:
-            key = "local" if i in local else cells[i].spec.model
-            size[key] += min(cfg.concurrency, left[i])
-            slots[key] = None if i in local else model_slots(cfg, cells[i], limits)
-        for key, n in slots.items():
+            size[pool_of[i]] = size.get(pool_of[i], 0) + min(cfg.concurrency, left[i])
+        for key in size:
+            n = None if key == "local" else model_slots(cfg, cells[next(i for i in todo if pool_of[i] == key)], limits)
             bound = cfg.concurrency if key == "local" else SAMPLES_PER_SLOT * n if n else size[key]
             size[key] = max(1, min(cfg.scheduler_threads, size[key], bound))
         pools = {k: stack.enter_context(contextlib.closing(Pool(n, f"balms-{k}"))) for k, n in size.items()}
         if progress:
             print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
                   f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
-                  f"threads per model: {dict(size)}", file=sys.stderr, flush=True)
-        tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-        bar = stack.enter_context(tqdm(
-            total=sum(len(cells[i].samples) for i in todo), initial=sum(runs[i].n_before for i in todo),
-            unit="sample", disable=not progress, desc=f"{tag}: samples", dynamic_ncols=True, file=sys.stderr,
-            mininterval=0.1 if tty else 10.0, smoothing=0.05))
-
-        batched = [i for i in todo if _batched(cfg, cells[i])]
-        fetched = {i: threading.Event() for i in batched}
+                  f"threads per model: {size}", file=sys.stderr, flush=True)
+        bar = stack.enter_context(progress_bar(sum(len(cells[i].samples) for i in todo),
+                                               sum(runs[i].n_before for i in todo), f"{tag}: samples", progress))
+        batched = {i: threading.Event() for i in todo if _batched(cfg, cells[i])}
         fetch_error: list[BaseException] = []
 
         def fetch() -> None:  # Claude's Message Batches, one cell after another (balms.experiments.batching)
-            for i in batched:
+            for i, fetched in batched.items():
                 try:
                     prefetch_cell(cfg, cells[i])
                 except Exception as exc:  # noqa: BLE001 - raised by the cell's samples
                     fetch_error.append(exc)
-                fetched[i].set()
+                fetched.set()
 
         def sample(i: int, s):
-            if i in fetched:
-                while not fetched[i].wait(0.2):
+            if i in batched:
+                while not batched[i].wait(0.2):
                     if STOP.is_set():
                         return i, None
                 if fetch_error:
@@ -248,19 +219,16 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
                               f"({r['n_new']} new, {r['n_errors_new']} errors)", file=sys.stderr)
                 check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))
 
-        def jobs():
-            tier = {i: 0 if get_system(cells[i].spec.system).cost != "single" else 1 for i in todo}
-            for (t, k, pos), i, s in sorted(((tier[c], k, pos), c, s) for pos, c in enumerate(todo)
-                                            for k, s in enumerate(runs[c].todo)):
-                # embedded models: cell after cell (this machine serves one at a time)
-                rank = (pos, k) if i in local else (t, k, pos)
-                yield pools["local" if i in local else cells[i].spec.model], rank, sample, i, s
+        # the static order, submitted best first; embedded models: cell after cell (this machine serves one at a time)
+        tier = {i: int(get_system(cells[i].spec.system).cost == "single") for i in todo}
+        jobs = sorted(((pos, k) if pool_of[i] == "local" else (tier[i], k, pos), i, s)
+                      for pos, i in enumerate(todo) for k, s in enumerate(runs[i].todo))
 
         status = "incomplete"
         try:
             if batched:
                 threading.Thread(target=fetch, daemon=True, name="balms-batches").start()
-            drive(jobs(), write)
+            drive(((pools[pool_of[i]], rank, sample, i, s) for rank, i, s in jobs), write)
             for i in todo:  # a cell with nothing left to do is checked as it is
                 if not runs[i].todo:
                     check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))
@@ -276,8 +244,5 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
                "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
         if progress:
             print(f"{tag}: {why}", file=sys.stderr, flush=True)
-    records = []
-    for i, c in enumerate(cells):
-        records.append(cell_records(paths[i], c))
-        results[i] = results[i] or results[first_of[paths[i]]]
-    return ScheduleReport(records, results, limits, why)
+    return ScheduleReport([cell_records(paths[i], c) for i, c in enumerate(cells)],
+                          [results[i] or results[first_of[paths[i]]] for i in range(len(cells))], limits, why)
