@@ -120,7 +120,7 @@ def _batched(cfg: ExperimentConfig, cell) -> bool:
 
 def cell_records(path, cell) -> list[PredictionRecord]:
     """The cell's records on disk, in its sample order (a sample without a record is left out)."""
-    from balms.runner import load_records
+    from balms.runfile import load_records
 
     by_id = {r.sample_id: r for r in load_records(path)} if path.exists() else {}
     return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
@@ -137,7 +137,8 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
     from balms.models.slots import drive
-    from balms.runner import CellRun, cell_lock, progress_bar
+    from balms.runfile import cell_lock
+    from balms.runner import CellRun, progress_bar
     from balms.threads import Pool
 
     cells = list(cells)
