@@ -326,3 +326,37 @@ def test_the_judge_phase_keeps_its_server_at_its_concurrency_limit(tmp_path, mon
         assert len(out) == 12 and [v["sample_id"] for v in out] == [r.sample_id for r in recs]
         assert srv.peak_in_flight == 3  # at its limit, never above
         http.close()
+
+
+def test_embeddings_are_computed_once_ahead_while_the_other_samples_calls_go_on(servers, tmp_path, monkeypatch,
+                                                                               real_data):
+    """Issue 36: retrieval samples embedded on the client while the fleet waited, each backbone's cell embedding
+    the same texts again. The scheduler's embedding stage embeds each RAG sample's texts once for both backbones'
+    cells, and Health-LLM's calls reach the servers while the (slow) embedder still works."""
+    from agent_fakes import HashEmbedder
+    from balms.agents import embeddings
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    encoded: list[str] = []
+    spans: list[tuple[float, float]] = []
+
+    class Slow(HashEmbedder):
+        def encode(self, texts, **kw):
+            t0 = time.monotonic()
+            time.sleep(0.3)
+            encoded.extend(texts)
+            spans.append((t0, time.monotonic()))
+            return super().encode(texts, **kw)
+
+    monkeypatch.setattr(embeddings, "load_embedder", lambda name=embeddings.DEFAULT_EMBEDDER: Slow())
+    _fresh(monkeypatch, tmp_path, "embed")
+    cfg = _cfg(servers, concurrency=8, server_slots=4).replace(systems=["healthllm", "rag"])
+    rep = run_cells(cfg, _cells(cfg), progress=False)
+    assert all(len(recs) == 3 and all(r.status == "ok" for r in recs) for recs in rep.records)
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "embed" / "cache" / "embeddings.sqlite") as con:
+        (stored,) = con.execute("SELECT COUNT(*) FROM embeddings").fetchone()
+    assert 0 < len(encoded) == stored  # every (key, text) embedded once, for both backbones' cells
+    first_call = min(start for s in servers for start, _ in s.busy)
+    assert first_call < spans[-1][1]  # calls went out while the embedder still worked

@@ -10,7 +10,8 @@ their server. Stops: Ctrl-C, or a cell whose every sample failed (balms.experime
 `cfg.allow_errors`): no sample or call starts after it, finished records are kept (balms.models.slots.drive).
 The spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`, balms.experiments.budget) starts only the samples it
 allows. Claude's single-call cells with `cfg.anthropic_batch`: their Message Batches are fetched on a thread of
-their own, each cell's samples waiting for its batch.
+their own, each cell's samples waiting for its batch. Retrieval samples wait for their embeddings, computed ahead
+on a thread of their own (`embedding_stage`) while the other samples' calls go on.
 """
 
 from __future__ import annotations
@@ -118,6 +119,47 @@ def _batched(cfg: ExperimentConfig, cell) -> bool:
             and get_system(cell.spec.system).batchable)
 
 
+def embedding_stage(todo: Sequence, cells: Sequence, runs: dict) -> dict:
+    """Embeddings off the critical path: one thread embeds, in the samples' static order (`todo`: (cell index,
+    sample) pairs), what each retrieval sample (an agent with an `embedder`: RAG, RAPTOR) will ask for: its agent's
+    `first_prompt` embeds its memory days or leaves and its query into the text-keyed embedding cache
+    (balms.agents.embeddings) without calling a model. Once per agent configuration and sample, however many
+    backbones run it: concurrent cells of several backbones each embedded the same texts. The calls of every other
+    sample go on meanwhile. Returns {(cell index, sample id): Event set once that sample's embeddings are in}."""
+    from balms.runfile import _agent_options
+
+    firsts: dict = {}
+    ready: dict = {}
+    for i, s in todo:
+        agent = cells[i].agent
+        key = (type(agent).__name__, repr(sorted(_agent_options(agent).items())), s.sample_id)
+        ready[(i, s.sample_id)] = firsts.setdefault(key, (threading.Event(), i, s))[0]
+
+    def work() -> None:
+        try:
+            for ev, i, s in firsts.values():
+                if STOP.is_set():
+                    return
+                with contextlib.suppress(Exception):  # the sample then embeds (and fails, if it must) itself
+                    cells[i].agent.first_prompt(s, runs[i].tables)
+                ev.set()
+        finally:
+            for ev, _, _ in firsts.values():
+                ev.set()
+
+    if firsts:
+        threading.Thread(target=work, daemon=True, name="balms-embed").start()
+    return ready
+
+
+def _wait(ev: threading.Event) -> bool:
+    """Wait for `ev`; False if the run stopped first."""
+    while not ev.wait(0.2):
+        if STOP.is_set():
+            return False
+    return True
+
+
 def cell_records(path, cell) -> list[PredictionRecord]:
     """The cell's records on disk, in its sample order (a sample without a record is left out)."""
     from balms.runfile import load_records
@@ -193,11 +235,12 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
 
         def sample(i: int, s):
             if i in batched:
-                while not batched[i].wait(0.2):
-                    if STOP.is_set():
-                        return i, None
+                if not _wait(batched[i]):
+                    return i, None
                 if fetch_error:
                     raise fetch_error[0]
+            if (i, s.sample_id) in ready and not _wait(ready[(i, s.sample_id)]):
+                return i, None
             kind = (cells[i].spec.system, cells[i].spec.model)
             try:
                 return i, runs[i].predict(s) if cap is None else cap.spend(kind, lambda: runs[i].predict(s))
@@ -225,6 +268,7 @@ def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) 
         jobs = sorted(((pos, k) if pool_of[i] == "local" else (tier[i], k, pos), i, s)
                       for pos, i in enumerate(todo) for k, s in enumerate(runs[i].todo))
 
+        ready = embedding_stage([(i, s) for _, i, s in jobs if getattr(cells[i].agent, "embedder", None)], cells, runs)
         status = "incomplete"
         try:
             if batched:
