@@ -120,6 +120,27 @@ def _usage(records: Sequence[PredictionRecord]) -> dict:
 
 
 
+# What a record says about the run that made it rather than about the prediction: timings, whether a call was
+# answered from a cache (the first of several concurrent identical calls computes, the others hit) and how many
+# RAPTOR day summaries this sample happened to write first. Everything else is the same whatever the interleaving.
+RUN_FIELDS = ("latency_s", "wall_s")
+RUN_STEP_META = ("latency_s", "cached", "finish_reason", "usage_unknown", "summaries_generated")
+
+
+def record_content(rec: PredictionRecord) -> dict:
+    """A record without its run provenance (RUN_FIELDS, RUN_STEP_META): equal across schedules and resumes."""
+    d = rec.model_dump(exclude=set(RUN_FIELDS))
+    for st in d["transcript"]:
+        st["meta"] = {k: v for k, v in st["meta"].items() if k not in RUN_STEP_META}
+    return d
+
+
+def cell_records(path, cell) -> list[PredictionRecord]:
+    """The cell's records on disk, in its sample order (a sample without a record is left out)."""
+    by_id = {r.sample_id: r for r in load_records(path)} if path.exists() else {}
+    return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+
+
 def read_records(path: Path) -> list[PredictionRecord]:
     """The records of a run file as they are now (a torn tail ignored), without the duplicate check."""
     return scan_jsonl(path, _parse, "PredictionRecord")[0]

@@ -150,7 +150,7 @@ class CellRun:
 
 
 def progress_bar(total: int, initial: int, desc: str, progress: bool):
-    """The samples' progress bar on stderr (every 10 s when stderr is not a terminal, e.g. a notebook's log)."""
+    """The samples' progress bar on stderr (rarely redrawn when stderr is not a terminal, e.g. a notebook's log)."""
     from tqdm.std import tqdm
 
     tty = bool(getattr(sys.stderr, "isatty", lambda: False)())

@@ -296,6 +296,8 @@ def main(argv=None) -> int:
     ap.add_argument("--datasets", default="pmdata,globem")
     ap.add_argument("--compression", default="5,5", help="time compression (<= 5), one per GPU count")
     ap.add_argument("--no-loopback", action="store_true", help="skip the 1,000-in-flight client test")
+    ap.add_argument("--embedder", choices=["hash", "minilm"], default="hash",
+                    help="minilm: the real embedder, on the empty embedding cache of each fresh run")
     ap.add_argument("--out", default=str(ROOT / "bench" / "scale.json"))
     a = ap.parse_args(argv)
     from balms.paths import shared_data_dir
@@ -306,7 +308,8 @@ def main(argv=None) -> int:
     from agent_fakes import HashEmbedder
     from balms.agents import embeddings
 
-    embeddings.load_embedder = lambda name=embeddings.DEFAULT_EMBEDDER: HashEmbedder()
+    if a.embedder == "hash":
+        embeddings.load_embedder = lambda name=embeddings.DEFAULT_EMBEDDER: HashEmbedder()
     datasets = a.datasets.split(",")
     gpus = [int(x) for x in a.gpus.split(",")]
     samples = [int(x) for x in a.samples.split(",")]
@@ -338,7 +341,8 @@ def main(argv=None) -> int:
                  "judge_phase": "not run (see the report of issue 36's executor session)"},
         "server_model": {"source": "bench/sim_vllm.py module doc", "batch": BATCH, "rates": sim_throughput(),
                          "gpus_per_server": "the registry's tensor_parallel (balms.experiments.throughput)"},
-        "embedder": "hash stand-in (tests/agent_fakes.HashEmbedder)",
+        "embedder": ("hash stand-in (tests/agent_fakes.HashEmbedder)" if a.embedder == "hash" else
+                     f"{embeddings.DEFAULT_EMBEDDER} (sentence-transformers, CPU), empty embedding cache"),
         "runs": runs, "loopback_1000": loop,
         "goal": {"fleet_utilisation": 0.85, "busiest_ratio": 0.90, "plan_error": 0.10, "ideal_over_chain": 10},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

@@ -27,6 +27,7 @@ from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
 from balms.models.slots import STOP, NotStarted
 from balms.records import PredictionRecord
+from balms.runfile import cell_records, record_content  # noqa: F401 - where the tests import them
 
 
 @dataclass
@@ -39,19 +40,6 @@ class ScheduleReport:
     stopped: str | None = None  # how far the run got when the spending cap stopped it, else None
 
 
-# What a record says about the run that made it rather than about the prediction: timings, whether a call was
-# answered from a cache (the first of several concurrent identical calls computes, the others hit) and how many
-# RAPTOR day summaries this sample happened to write first. Everything else is the same whatever the interleaving.
-RUN_FIELDS = ("latency_s", "wall_s")
-RUN_STEP_META = ("latency_s", "cached", "finish_reason", "usage_unknown", "summaries_generated")
-
-
-def record_content(rec: PredictionRecord) -> dict:
-    """A record without its run provenance (RUN_FIELDS, RUN_STEP_META): equal across schedules and resumes."""
-    d = rec.model_dump(exclude=set(RUN_FIELDS))
-    for st in d["transcript"]:
-        st["meta"] = {k: v for k, v in st["meta"].items() if k not in RUN_STEP_META}
-    return d
 
 
 def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
@@ -158,14 +146,6 @@ def _wait(ev: threading.Event) -> bool:
         if STOP.is_set():
             return False
     return True
-
-
-def cell_records(path, cell) -> list[PredictionRecord]:
-    """The cell's records on disk, in its sample order (a sample without a record is left out)."""
-    from balms.runfile import load_records
-
-    by_id = {r.sample_id: r for r in load_records(path)} if path.exists() else {}
-    return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
 
 
 def run_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
