@@ -298,6 +298,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-loopback", action="store_true", help="skip the 1,000-in-flight client test")
     ap.add_argument("--embedder", choices=["hash", "minilm"], default="hash",
                     help="minilm: the real embedder, on the empty embedding cache of each fresh run")
+    ap.add_argument("--no-embedding-stage", action="store_true",
+                    help="retrieval samples embed for themselves (the scheduler's embedding stage off: the A/B)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "scale.json"))
     a = ap.parse_args(argv)
     from balms.paths import shared_data_dir
@@ -310,6 +312,10 @@ def main(argv=None) -> int:
 
     if a.embedder == "hash":
         embeddings.load_embedder = lambda name=embeddings.DEFAULT_EMBEDDER: HashEmbedder()
+    if a.no_embedding_stage:
+        from balms.experiments import scheduler
+
+        scheduler.embedding_stage = lambda *args: {}
     datasets = a.datasets.split(",")
     gpus = [int(x) for x in a.gpus.split(",")]
     samples = [int(x) for x in a.samples.split(",")]
@@ -341,6 +347,7 @@ def main(argv=None) -> int:
                  "judge_phase": "not run (see the report of issue 36's executor session)"},
         "server_model": {"source": "bench/sim_vllm.py module doc", "batch": BATCH, "rates": sim_throughput(),
                          "gpus_per_server": "the registry's tensor_parallel (balms.experiments.throughput)"},
+        "embedding_stage": not a.no_embedding_stage,
         "embedder": ("hash stand-in (tests/agent_fakes.HashEmbedder)" if a.embedder == "hash" else
                      f"{embeddings.DEFAULT_EMBEDDER} (sentence-transformers, CPU), empty embedding cache"),
         "runs": runs, "loopback_1000": loop,
