@@ -244,8 +244,8 @@ bench-roles: ## Embedded models per agent role on real prompts: parse, code-bloc
 	$(PY) bench/bench_roles.py --out bench/roles.json
 	$(MAKE) --no-print-directory docs  # the pages that show it
 
-bench-scale: ## Paper notebook-01 grid, scheduler vs server-bound minimum on 4/8/16 simulated vLLM servers (bench/scale.json)
-	$(PY) bench/bench_scale.py --servers 4,8,16 --samples 16 --compression-4 20 --out bench/scale.json
+bench-scale: ## Paper notebook-01 grid on 16 and 64 simulated GPUs split by the plan's allocation: fleet utilisation, busiest server, plan error (bench/scale.json)
+	$(PY) bench/bench_scale.py --gpus 16,64 --samples 40,80 --compression 5,2 --no-loopback --out bench/scale.json
 	$(MAKE) --no-print-directory docs  # the pages that show it
 
 bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct overall scores, s per rationale

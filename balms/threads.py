@@ -45,5 +45,3 @@ class Pool:
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
                 fut.set_exception(exc)
 
-
-RankedPool = Pool  # the name RAPTOR's summary pool imports (balms.agents.raptor.summary_pool)

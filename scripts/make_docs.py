@@ -114,14 +114,18 @@ def _bench_scale():
 def scale_page() -> str:
     d = _json(ROOT / "bench" / "scale.json")
     said = _bench_scale().summary(d)
-    rows = [[str(r["n_servers"]), _fmt(r["ratio_bound_to_wall"], 3), f"{r['wall_s']:.0f}", f"{r['bound_s']:.0f}",
-             f"{r['busiest_underfed']['tail_s']:.0f}", f"{100 * r['plan']['error']:+.0f}%"] for r in d["runs"]]
+    rows = [[str(r["gpus"]), ", ".join(f"{m} {n}" for m, n in r["servers"].items()), str(r["samples_per_cell"]),
+             _fmt(r["compression"], 1), _fmt(r["fleet_utilisation"], 3), _fmt(r["busiest_ratio"], 3),
+             f"{100 * r['plan']['error']:+.0f}%", _fmt(r["ideal_over_chain"], 1), _fmt(r["client_cpu_ms_per_call"], 1),
+             "/".join(f"{x:.1f}" for x in r["load_average"]["before"][:1] + r["load_average"]["after"][:1])]
+            for r in d["runs"]]
     return (HEADER.format(src="bench/scale.json (`make bench-scale`)")
-            + f"Notebook 01's paper grid on simulated vLLM servers (`{d['command']}`), wall time against the "
-              "server-bound minimum:\n\n"
-            + _table(["servers", "server-bound minimum / wall", "wall (s)", "bound (s)", "busiest server's tail (s)",
-                      "plan's wall-time error"], rows)
-            + f"\nRatios: {said['ratios']}; {said['tails']}. {said['plan']}. {said['loopback']}.\n")
+            + f"Notebook 01's paper grid on simulated vLLM servers split by `balms plan --gpus` (`{d['command']}`; "
+              f"server model: {d['server_model']['source']}; embedder: {d['embedder']}):\n\n"
+            + _table(["GPUs", "servers per model (the plan's allocation)", "samples per cell", "compression",
+                      "fleet utilisation", "busiest server / wall", "plan's wall-time error",
+                      "ideal wall / longest chain", "client CPU ms per call", "load average before/after"], rows)
+            + f"\n{said['runs']} ({said['goal']}). {said['loopback']}.\n")
 
 
 def timing_page() -> str:

@@ -117,6 +117,7 @@ class FakeServerBase:
                 pass
 
             def _send(self, status: int, body: bytes, headers: dict | None = None, length: int | None = None):
+                self._done()  # before the answer leaves: the client may send its next request as soon as it has it
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body) if length is None else length))
@@ -134,7 +135,7 @@ class FakeServerBase:
                 self._send(200, body.encode())
 
             def do_POST(self):
-                t0 = time.monotonic()
+                t0 = self._t0 = time.monotonic()
                 with server.lock:
                     server.arrivals.append(t0)
                     server.in_flight += 1
@@ -142,6 +143,12 @@ class FakeServerBase:
                 try:
                     self._post()
                 finally:
+                    self._done()
+
+            def _done(self):
+                """A POST stops counting as in flight (once): its answer is written, or it failed."""
+                t0, self._t0 = getattr(self, "_t0", None), None
+                if t0 is not None:
                     with server.lock:
                         server.in_flight -= 1
                         server.busy.append((t0, time.monotonic()))

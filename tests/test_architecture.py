@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "balms.sandbox": 3,
     "balms.agents": 4,
     "balms.runner": 5,
+    "balms.runfile": 5,
     "balms.judges": 6,
     "balms.metrics": 6,
     "balms.scoring": 6,

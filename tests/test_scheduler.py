@@ -19,7 +19,7 @@ from balms.experiments import scheduler
 from balms.experiments.cells import adhoc_cells
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import make_cell, records_of, run
-from balms.experiments.scheduler import cell_records, interleave, record_content, schedule_cells
+from balms.experiments.scheduler import cell_records, record_content, schedule_cells
 from balms.models.slots import ServerSlots
 from balms.runner import manifest_path_for
 from fake_servers import AnsweringOpenAIServer
@@ -164,11 +164,6 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
     assert _content(grid) == _content(serial)
 
 
-def test_interleave_alternates_models_in_first_seen_order():
-    cells = ["a1", "a2", "a3", "b1", "c1", "c2"]
-    assert [cells[i] for i in interleave(cells, key=lambda c: c[0])] == ["a1", "b1", "c1", "a2", "c2", "a3"]
-
-
 def test_slots_hold_each_server_to_its_limit_and_pause_on_retry_after():
     import threading
     import time
@@ -221,9 +216,9 @@ def test_ranked_pool_runs_the_best_rank_first_and_hands_back_errors():
     the order of submission; a task's exception reaches whoever waits on it."""
     import threading
 
-    from balms.threads import RankedPool
+    from balms.threads import Pool
 
-    pool = RankedPool(1, "t")
+    pool = Pool(1, "t")
     gate, ran = threading.Event(), []
     blocker = pool.submit(0, gate.wait, 30)
     futures = [pool.submit(rank, ran.append, rank) for rank in (5, 1, 3)]
@@ -365,3 +360,37 @@ def test_a_cell_another_process_holds_is_run_after_the_others_not_waited_for_fir
     assert not t.is_alive()
     rep = out["r"]
     assert [len(r) for r in rep.records] == [3, 3] and rep.results[0].n_new == 0 and rep.results[1].n_new == 3
+
+
+def test_embeddings_are_computed_once_ahead_while_the_other_samples_calls_go_on(servers, tmp_path, monkeypatch,
+                                                                               real_data):
+    """Issue 36: retrieval samples embedded on the client while the fleet waited, each backbone's cell embedding
+    the same texts again. The scheduler's embedding stage embeds each RAG sample's texts once for both backbones'
+    cells, and Health-LLM's calls reach the servers while the (slow) embedder still works."""
+    from agent_fakes import HashEmbedder
+    from balms.agents import embeddings
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    encoded: list[str] = []
+    spans: list[tuple[float, float]] = []
+
+    class Slow(HashEmbedder):
+        def encode(self, texts, **kw):
+            t0 = time.monotonic()
+            time.sleep(0.3)
+            encoded.extend(texts)
+            spans.append((t0, time.monotonic()))
+            return super().encode(texts, **kw)
+
+    monkeypatch.setattr(embeddings, "load_embedder", lambda name=embeddings.DEFAULT_EMBEDDER: Slow())
+    _fresh(monkeypatch, tmp_path, "embed")
+    cfg = _cfg(servers, concurrency=8, server_slots=4).replace(systems=["healthllm", "rag"])
+    rep = schedule_cells(cfg, _cells(cfg), progress=False)
+    assert all(len(recs) == 3 and all(r.status == "ok" for r in recs) for recs in rep.records)
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "embed" / "cache" / "embeddings.sqlite") as con:
+        (stored,) = con.execute("SELECT COUNT(*) FROM embeddings").fetchone()
+    assert 0 < len(encoded) == stored  # every (key, text) embedded once, for both backbones' cells
+    first_call = min(start for s in servers for start, _ in s.busy)
+    assert first_call < spans[-1][1]  # calls went out while the embedder still worked

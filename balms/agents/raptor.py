@@ -50,10 +50,9 @@ from balms.data.memo import TablesMemo
 from balms.data.samples import subday_rows_of
 from balms.data.schema import DatasetTables, Sample, Window
 from balms.models.base import Backend, GenParams, Message
-from balms.models.slots import current_priority, priority, waiting
 from balms.records import PredictionRecord
 from balms.stores import Readers, one_per_key, open_db
-from balms.threads import RankedPool
+from balms.threads import Pool
 
 SUMMARY_PROMPT_VERSION = "v2"  # v2: leaves given as one compact table
 SUMMARY_SEED = 0
@@ -151,13 +150,13 @@ def _day_tables(tables: DatasetTables, hist: Window) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def summary_pool(model_id: str) -> RankedPool:
+def summary_pool(model_id: str) -> Pool:
     """One pool per model for every sample's day summaries, its threads started at once (balms.threads): a pool
     per sample started eight threads per RAPTOR sample, hundreds at once when all cells are in flight. Per model,
     and the oldest sample's summaries first: with one first-come first-served pool for every model, a slow
     model's summaries queued behind a fast model's and its servers idled for a quarter of the run (issue 27,
     bench-scale at 16 servers). A summary never submits to it, so a full pool only queues."""
-    return RankedPool(SUMMARY_THREADS, "balms-raptor")
+    return Pool(SUMMARY_THREADS, "balms-raptor")
 
 
 class SummaryCache:
@@ -336,24 +335,21 @@ class RaptorAgent(PromptAgentBase):
     def _summaries(self, backend: Backend, episode: Episode | None, sample: Sample, tables: DatasetTables,
                    days: dict, compact: dict, store) -> dict:
         """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
-        (on the model's pool, `summary_pool`, ranked as this sample's calls) while this thread embeds the leaves,
+        (on the model's pool, `summary_pool`, first come first served) while this thread embeds the leaves,
         and each day's steps join the transcript in day order, so the record does not depend on which call
         finished first."""
         subs = {ts: Episode(backend) if episode is not None else None for ts in days}
-        rank = current_priority()  # the sample's rank for a server slot, handed on to the pool's threads
 
         def one(ts):
             records = compact.get(ts) or "\n".join(days[ts])
-            with priority(rank):
-                return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
-                                   self.summary_max_tokens, n_leaves=len(days[ts]))
+            return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
+                               self.summary_max_tokens, n_leaves=len(days[ts]))
 
         pool = summary_pool(backend.model_id)
-        futures = {ts: pool.submit(0 if rank is None else rank, one, ts) for ts in days}
+        futures = {ts: pool.submit(0, one, ts) for ts in days}
         # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
         store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
                      for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
-        waiting()  # its turn at the CPU ends here (balms.models.slots.Turns)
         out = {ts: f.result() for ts, f in futures.items()}
         if episode is not None:
             for ts in days:

@@ -2,17 +2,16 @@
 server kept at its own limit of requests in flight (balms.models.slots), instead of one cell after another.
 
 Each cell keeps its own resumable run file, lock and manifest (balms.runner.CellRun); nothing about its records
-depends on the interleaving. The samples go into their model's pool all at once, in a static order: samples with
+depends on the interleaving. A model's samples go into its pool all at once in a static order: samples with
 several calls (RAPTOR, PHIA) first, whose chains make a run's tail, then sample by sample across the model's cells.
 A model's pool has SAMPLES_PER_SLOT threads per slot of its servers (a sample that embeds or runs code holds
-none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`: this machine is their server.
-
-Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
-`cfg.allow_errors`): no sample or call starts after it, the finished records are kept (balms.models.slots.drive).
-Spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`): balms.experiments.budget; samples it does not allow are not
-started, the report says how far the run got. Claude's single-call cells with `cfg.anthropic_batch`: their Message
-Batches are fetched on a thread of their own, one cell after another, each cell's samples queued once its batch
-is in.
+none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`, cell after cell: this machine is
+their server. Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
+`cfg.allow_errors`): no sample or call starts after it, finished records are kept (balms.models.slots.drive).
+The spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`, balms.experiments.budget) starts only the samples it
+allows. Claude's single-call cells with `cfg.anthropic_batch`: their Message Batches are fetched on a thread of
+their own, each cell's samples waiting for its batch. Retrieval samples wait for their embeddings, computed ahead
+on a thread of their own (`embedding_stage`) while the other samples' calls go on.
 """
 
 from __future__ import annotations
@@ -21,14 +20,14 @@ import contextlib
 import os
 import sys
 import threading
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
 from balms.models.slots import STOP, NotStarted
 from balms.records import PredictionRecord
+from balms.runfile import cell_records, record_content  # noqa: F401 - where the tests import them
 
 
 @dataclass
@@ -41,33 +40,6 @@ class ScheduleReport:
     stopped: str | None = None  # how far the run got when the spending cap stopped it, else None
 
 
-# What a record says about the run that made it rather than about the prediction: timings, whether a call was
-# answered from a cache (the first of several concurrent identical calls computes, the others hit) and how many
-# RAPTOR day summaries this sample happened to write first. Everything else is the same whatever the interleaving.
-RUN_FIELDS = ("latency_s", "wall_s")
-RUN_STEP_META = ("latency_s", "cached", "finish_reason", "usage_unknown", "summaries_generated")
-
-
-def record_content(rec: PredictionRecord) -> dict:
-    """A record without its run provenance (RUN_FIELDS, RUN_STEP_META): equal across schedules and resumes."""
-    d = rec.model_dump(exclude=set(RUN_FIELDS))
-    for st in d["transcript"]:
-        st["meta"] = {k: v for k, v in st["meta"].items() if k not in RUN_STEP_META}
-    return d
-
-
-def interleave(cells: Sequence, key: Callable) -> list[int]:
-    """Indices of `cells` taking one per `key` in turn (first-seen key order), so every model starts early."""
-    groups: dict = defaultdict(list)
-    for i, c in enumerate(cells):
-        groups[key(c)].append(i)
-    queues = list(groups.values())
-    out: list[int] = []
-    while any(queues):
-        for q in queues:
-            if q:
-                out.append(q.pop(0))
-    return out
 
 
 def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
@@ -135,37 +107,70 @@ def _batched(cfg: ExperimentConfig, cell) -> bool:
             and get_system(cell.spec.system).batchable)
 
 
-def cell_records(path, cell) -> list[PredictionRecord]:
-    """The cell's records on disk, in its sample order (a sample without a record is left out)."""
-    from balms.runner import load_records
+def embedding_stage(todo: Sequence, cells: Sequence, runs: dict) -> dict:
+    """Embeddings off the critical path: one thread embeds, in the samples' static order (`todo`: (cell index,
+    sample) pairs), what each retrieval sample (an agent with an `embedder`: RAG, RAPTOR) will ask for: its agent's
+    `first_prompt` embeds its memory days or leaves and its query into the text-keyed embedding cache
+    (balms.agents.embeddings) without calling a model. Once per agent configuration and sample, however many
+    backbones run it: concurrent cells of several backbones each embedded the same texts. The calls of every other
+    sample go on meanwhile. Returns {(cell index, sample id): Event set once that sample's embeddings are in}."""
+    from balms.runfile import _agent_options
 
-    by_id = {r.sample_id: r for r in load_records(path)} if path.exists() else {}
-    return [by_id[s.sample_id] for s in cell.samples if s.sample_id in by_id]
+    firsts: dict = {}
+    ready: dict = {}
+    for i, s in todo:
+        agent = cells[i].agent
+        key = (type(agent).__name__, repr(sorted(_agent_options(agent).items())), s.sample_id)
+        ready[(i, s.sample_id)] = firsts.setdefault(key, (threading.Event(), i, s))[0]
+
+    def work() -> None:
+        try:
+            for ev, i, s in firsts.values():
+                if STOP.is_set():
+                    return
+                with contextlib.suppress(Exception):  # the sample then embeds (and fails, if it must) itself
+                    cells[i].agent.first_prompt(s, runs[i].tables)
+                ev.set()
+        finally:
+            for ev, _, _ in firsts.values():
+                ev.set()
+
+    if firsts:
+        threading.Thread(target=work, daemon=True, name="balms-embed").start()
+    return ready
+
+
+def _wait(ev: threading.Event) -> bool:
+    """Wait for `ev`; False if the run stopped first."""
+    while not ev.wait(0.2):
+        if STOP.is_set():
+            return False
+    return True
 
 
 def schedule_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = True) -> ScheduleReport:
     """Run (or resume) every cell (balms.experiments.grid.Cell) at once; records per cell in sample order (see the
-    module doc for order, pools, stops and the cap). A failed cell's error is raised once the samples in flight
-    have ended; under a spending cap the report's `stopped` says how far the run got.
+    module doc). A failed cell's error is raised once the samples in flight have ended; under a spending cap the
+    report's `stopped` says how far the run got.
 
     Cells another process is running (its lock is held: two notebooks at once) are left to it and run after the
     others, once their locks are free: by then their records are on disk (or their calls in the cache), so this
     process neither waits for the other's whole run nor repeats its calls. Locks are taken in path order (no two
     processes can each hold a lock the other waits for)."""
+    from balms.experiments.budget import SpendingCap
+
     cells = list(cells)
     limits = configure_slots(cfg, list(dict.fromkeys(c.spec.model for c in cells)))
     paths = [c.spec.run_path(cfg.runs_root()) for c in cells]
     first_of: dict = {}  # the same cell asked twice (two notebooks): run once
-    for i, p in enumerate(paths):
-        first_of.setdefault(p, i)
-    todo = [i for i in interleave(cells, lambda c: c.spec.model) if first_of[paths[i]] == i]
-    from balms.experiments.budget import SpendingCap
-
+    todo = [i for i, p in enumerate(paths) if first_of.setdefault(p, i) == i]
     cap = SpendingCap.from_cfg(cfg)
+    where = os.environ.get("BALMS_NOTEBOOK")
+    tag = f"[{where}] scheduler" if where else "scheduler"
     results: list = [None] * len(cells)
-    busy = _run_locked(cfg, cells, paths, todo, limits, cap, results, progress=progress, wait=False)
+    busy = _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, progress=progress, wait=False)
     if busy:
-        _run_locked(cfg, cells, paths, busy, limits, cap, results, progress=progress, wait=True)
+        _run_locked(cfg, cells, paths, busy, limits, cap, results, tag, progress=progress, wait=True)
     why = None
     if cap is not None and cap.n_refused:
         n_all = sum(len(cells[i].samples) for i in todo)
@@ -173,33 +178,25 @@ def schedule_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = T
         why = (f"spending cap reached ({cap.describe()}): {n_kept} of {n_all} samples done, the rest not started; "
                "everything is kept and resumable: raise -p max_usd / -p max_gpu_hours and run again")
         if progress:
-            where = os.environ.get("BALMS_NOTEBOOK")
-            print(f"[{where}] scheduler: {why}" if where else f"scheduler: {why}", file=sys.stderr, flush=True)
-    records = []
-    for i, c in enumerate(cells):
-        records.append(cell_records(paths[i], c))
-        results[i] = results[i] or results[first_of[paths[i]]]
-    return ScheduleReport(records, results, limits, why)
+            print(f"{tag}: {why}", file=sys.stderr, flush=True)
+    return ScheduleReport([cell_records(paths[i], c) for i, c in enumerate(cells)],
+                          [results[i] or results[first_of[paths[i]]] for i in range(len(cells))], limits, why)
 
 
-def _run_locked(cfg, cells, paths, todo, limits, cap, results, *, progress: bool, wait: bool) -> list[int]:
+def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress: bool, wait: bool) -> list[int]:
     """Run the cells `todo` whose locks this process takes (all of them with `wait`); returns those left because
     another process held their lock."""
-    from tqdm.std import tqdm
-
     from balms.agents.registry import get_system
     from balms.experiments.batching import prefetch_cell
     from balms.experiments.cohorts import cohort
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
     from balms.models.slots import drive
-    from balms.runner import CellRun, cell_lock
+    from balms.runfile import cell_lock
+    from balms.runner import CellRun, progress_bar
     from balms.threads import Pool
 
-    where = os.environ.get("BALMS_NOTEBOOK")
-    tag = f"[{where}] scheduler" if where else "scheduler"
     runs: dict[int, CellRun] = {}
-    left: dict[int, int] = {}
     busy: list[int] = []
     with contextlib.ExitStack() as stack:
         for i in sorted(todo, key=lambda j: str(paths[j])):
@@ -216,51 +213,45 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, *, progress: bool
                               concurrency=cfg.concurrency, timeout_s=cfg.call_deadline_s, spec=cells[i].spec,
                               retry_errors=cfg.retry_errors, manifest_extra={
                                   "profile": cfg.profile, "source": co.source, "scheduler": True})
-            left[i] = len(runs[i].todo)
+        left = {i: len(runs[i].todo) for i in todo}
         if cap is not None:
             cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
         # one pool per model: SAMPLES_PER_SLOT per slot of its servers (unmetered: its cells' concurrency);
         # embedded models share one of cfg.concurrency
-        local = {i for i in todo if _kind(cfg, cells[i]) in LOCAL_BACKENDS}
-        size: dict = defaultdict(int)
-        slots: dict = {}
+        pool_of = {i: "local" if _kind(cfg, cells[i]) in LOCAL_BACKENDS else cells[i].spec.model for i in todo}
+        size: dict = {}
         for i in todo:
-            key = "local" if i in local else cells[i].spec.model
-            size[key] += min(cfg.concurrency, left[i])
-            slots[key] = None if i in local else model_slots(cfg, cells[i], limits)
-        for key, n in slots.items():
+            size[pool_of[i]] = size.get(pool_of[i], 0) + min(cfg.concurrency, left[i])
+        for key in size:
+            n = None if key == "local" else model_slots(cfg, cells[next(i for i in todo if pool_of[i] == key)], limits)
             bound = cfg.concurrency if key == "local" else SAMPLES_PER_SLOT * n if n else size[key]
             size[key] = max(1, min(cfg.scheduler_threads, size[key], bound))
         pools = {k: stack.enter_context(contextlib.closing(Pool(n, f"balms-{k}"))) for k, n in size.items()}
         if progress:
             print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
                   f"({', '.join(f'{k} {n} slots' for k, n in limits.items()) or 'no server limits'}); "
-                  f"threads per model: {dict(size)}", file=sys.stderr, flush=True)
-        tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
-        bar = stack.enter_context(tqdm(
-            total=sum(len(cells[i].samples) for i in todo), initial=sum(runs[i].n_before for i in todo),
-            unit="sample", disable=not progress, desc=f"{tag}: samples", dynamic_ncols=True, file=sys.stderr,
-            mininterval=0.1 if tty else 10.0, smoothing=0.05))
-
-        batched = [i for i in todo if _batched(cfg, cells[i])]
-        fetched = {i: threading.Event() for i in batched}
+                  f"threads per model: {size}", file=sys.stderr, flush=True)
+        bar = stack.enter_context(progress_bar(sum(len(cells[i].samples) for i in todo),
+                                               sum(runs[i].n_before for i in todo), f"{tag}: samples", progress))
+        batched = {i: threading.Event() for i in todo if _batched(cfg, cells[i])}
         fetch_error: list[BaseException] = []
 
         def fetch() -> None:  # Claude's Message Batches, one cell after another (balms.experiments.batching)
-            for i in batched:
+            for i, fetched in batched.items():
                 try:
                     prefetch_cell(cfg, cells[i])
                 except Exception as exc:  # noqa: BLE001 - raised by the cell's samples
                     fetch_error.append(exc)
-                fetched[i].set()
+                fetched.set()
 
         def sample(i: int, s):
-            if i in fetched:
-                while not fetched[i].wait(0.2):
-                    if STOP.is_set():
-                        return i, None
+            if i in batched:
+                if not _wait(batched[i]):
+                    return i, None
                 if fetch_error:
                     raise fetch_error[0]
+            if (i, s.sample_id) in ready and not _wait(ready[(i, s.sample_id)]):
+                return i, None
             kind = (cells[i].spec.system, cells[i].spec.model)
             try:
                 return i, runs[i].predict(s) if cap is None else cap.spend(kind, lambda: runs[i].predict(s))
@@ -283,19 +274,17 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, *, progress: bool
                               f"({r['n_new']} new, {r['n_errors_new']} errors)", file=sys.stderr)
                 check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))
 
-        def jobs():
-            tier = {i: int(get_system(cells[i].spec.system).single_call) for i in todo}
-            for (t, k, pos), i, s in sorted(((tier[c], k, pos), c, s) for pos, c in enumerate(todo)
-                                            for k, s in enumerate(runs[c].todo)):
-                # embedded models: cell after cell (this machine serves one at a time)
-                rank = (pos, k) if i in local else (t, k, pos)
-                yield pools["local" if i in local else cells[i].spec.model], rank, sample, i, s
+        # the static order, submitted best first; embedded models: cell after cell (this machine serves one at a time)
+        tier = {i: int(get_system(cells[i].spec.system).single_call) for i in todo}
+        jobs = sorted(((pos, k) if pool_of[i] == "local" else (tier[i], k, pos), i, s)
+                      for pos, i in enumerate(todo) for k, s in enumerate(runs[i].todo))
 
+        ready = embedding_stage([(i, s) for _, i, s in jobs if getattr(cells[i].agent, "embedder", None)], cells, runs)
         status = "incomplete"
         try:
             if batched:
                 threading.Thread(target=fetch, daemon=True, name="balms-batches").start()
-            drive(jobs(), write)
+            drive(((pools[pool_of[i]], rank, sample, i, s) for rank, i, s in jobs), write)
             for i in todo:  # a cell with nothing left to do is checked as it is
                 if not runs[i].todo:
                     check_cell(cfg.allow_errors, describe_cell(cells[i].spec), cell_records(paths[i], cells[i]))

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from balms.models.base import BackendError, Completion, GenParams, Message
-from balms.models.slots import waiting
 from balms.stores import Readers, open_db
 
 MODES = ("rw", "replay", "off")
@@ -309,7 +308,6 @@ class CachedBackend:
 
     def generate(self, messages: Sequence[Message], params: GenParams, *, timeout_s: float | None = None) -> Completion:
         """`timeout_s` (transport settings never enter the key) is passed on to backends that support it."""
-        waiting()  # a sample's first call ends its turn at the CPU (balms.models.slots.Turns)
         if self.mode == "off":
             self._count(False)
             return self._call(messages, params, timeout_s)

@@ -48,14 +48,6 @@ class ServerSlots:
                 self._limit[key] = int(limit)
             self._cond.notify_all()
 
-    def limit(self, key: str) -> int | None:
-        with self._cond:
-            return self._limit.get(key)
-
-    def in_flight(self, key: str) -> int:
-        with self._cond:
-            return self._busy.get(key, 0)
-
     def pause(self, key: str, seconds: float) -> None:
         """No new request to `key` for `seconds` (a retry-after the server asked for)."""
         with self._cond:
@@ -165,16 +157,3 @@ def drive(jobs, write) -> None:
 class _Failed:
     exc: BaseException
 
-
-# No-ops kept for the callers inside the cells' code key (balms.agents.raptor, balms.models.cache), which an edit
-# would re-key: the ranks and CPU turns they fed are gone (issue 36).
-def priority(rank: float):  # noqa: ARG001
-    return contextlib.nullcontext()
-
-
-def current_priority() -> None:
-    return None
-
-
-def waiting() -> None:
-    return None
