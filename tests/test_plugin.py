@@ -77,7 +77,8 @@ def test_installed_plugin_appears_in_plan_table3_report_and_bundle(tmp_path, rea
     _run([sys.executable, "-m", "balms.cli", "report", "html", "--profile", "smoke", "--set", sets, "--out",
           tmp_path / "report"], env=env, cwd=tmp_path)
     assert any(p.name.startswith("pmdata__weekly_means__") for p in (tmp_path / "report" / "runs").iterdir())
-    _run([*balms, "bundle", "export", "--profile", "smoke", "--set", sets, "--out", tmp_path / "b.tar.gz"], env=env,
-         cwd=tmp_path)
+    # the bundle of what ran (notebook 01; the profile's other notebooks were not run: export would refuse)
+    _run([*balms, "bundle", "export", "--profile", "smoke", "--set", sets + " -p notebooks [01_prediction]", "--out",
+          tmp_path / "b.tar.gz"], env=env, cwd=tmp_path)
     with tarfile.open(tmp_path / "b.tar.gz") as tar:
         assert any("/weekly_means__" in n and n.endswith(".jsonl") for n in tar.getnames())

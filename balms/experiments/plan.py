@@ -28,6 +28,7 @@ import random
 import re
 import sqlite3
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 from balms.experiments.cells import NOTEBOOKS, options_json
@@ -353,36 +354,53 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
         return backends[model]
 
     ran: dict[str, tuple] = {}  # agent cell key -> (records, n samples, n users, exact)
+    estimates: list = [None] * len(cells)
+
+    def estimate(i: int, cell: PlanCell) -> None:
+        if progress:
+            progress(i, len(cells), cell)
+        tables = cohorts[cell.dataset].tables
+        be = backend(cell.model)
+        deltas, errors = [], []
+        if cell.system == "judge":
+            recs, n, n_users, exact = ran[built[cell].spec.key()]
+            for rec in recs:
+                u, res = _measure(be, judge_record, rec, {cell.dataset: tables}, be, **_judge_options(cfg))
+                deltas.append(u)
+                if res.status != "scored":
+                    errors.append(f"{res.unscored_code}: {res.unscored_reason}")
+            batchable = False
+        else:
+            c = built[cell]
+            n, n_users = len(c.samples), len({s.user for s in c.samples})
+            block, exact = sample_block(c.samples, per_cell, cfg.seed, cell.dataset)
+            agent, recs = _hash_retrieval(c.agent), []
+            for s in block:
+                u, rec = _measure(be, agent.predict, s, tables, be)
+                deltas.append(u)
+                recs.append(rec)
+                if rec.error:
+                    errors.append(rec.error)
+            ran[cell.key] = (recs, n, n_users, exact)
+            batchable = get_system(cell.system).batchable
+        estimates[i] = CellEstimate(cell, n, scale_up(deltas, n, n_users, exact), len(deltas), batchable, errors)
+
+    # The agents' cells, one thread per model (its cells in order: each stand-in backend is used by one thread, so
+    # what it counts, and what each cell is credited with, is what a serial run counts); a model's cells wait on
+    # the sandbox (PHIA) and its own CPU, so models overlap. Then the judge's cells, which read the agents' records.
+    by_model: dict[str, list] = {}
+    for i, cell in enumerate(cells):
+        if cell.system != "judge":
+            by_model.setdefault(cell.model, []).append((i, cell))
     try:
+        with ThreadPoolExecutor(max(1, len(by_model)), thread_name_prefix="balms-plan") as pool:
+            for f in [pool.submit(lambda todo: [estimate(i, c) for i, c in todo], todo)
+                      for todo in by_model.values()]:
+                f.result()
         for i, cell in enumerate(cells):
-            if progress:
-                progress(i, len(cells), cell)
-            tables = cohorts[cell.dataset].tables
-            be = backend(cell.model)
-            deltas, errors = [], []
             if cell.system == "judge":
-                recs, n, n_users, exact = ran[built[cell].spec.key()]
-                for rec in recs:
-                    u, res = _measure(be, judge_record, rec, {cell.dataset: tables}, be, **_judge_options(cfg))
-                    deltas.append(u)
-                    if res.status != "scored":
-                        errors.append(f"{res.unscored_code}: {res.unscored_reason}")
-                batchable = False
-            else:
-                c = built[cell]
-                n, n_users = len(c.samples), len({s.user for s in c.samples})
-                block, exact = sample_block(c.samples, per_cell, cfg.seed, cell.dataset)
-                agent, recs = _hash_retrieval(c.agent), []
-                for s in block:
-                    u, rec = _measure(be, agent.predict, s, tables, be)
-                    deltas.append(u)
-                    recs.append(rec)
-                    if rec.error:
-                        errors.append(rec.error)
-                ran[cell.key] = (recs, n, n_users, exact)
-                batchable = get_system(cell.system).batchable
-            plan.cells.append(CellEstimate(cell, n, scale_up(deltas, n, n_users, exact), len(deltas), batchable,
-                                           errors))
+                estimate(i, cell)
+        plan.cells.extend(estimates)
     finally:
         _forget_summaries(plan.stand_in)
     return plan

@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -113,7 +114,8 @@ def embedding_stage(todo: Sequence, cells: Sequence, runs: dict) -> dict:
     `first_prompt` embeds its memory days or leaves and its query into the text-keyed embedding cache
     (balms.agents.embeddings) without calling a model. Once per agent configuration and sample, however many
     backbones run it: concurrent cells of several backbones each embedded the same texts. The calls of every other
-    sample go on meanwhile. Returns {(cell index, sample id): Event set once that sample's embeddings are in}."""
+    sample go on meanwhile. Returns {(cell index, sample id): (Event set once that sample's embeddings are in,
+    [seconds the stage spent on them])}: a sample's latency counts that time, as it would have paid it alone."""
     from balms.runfile import _agent_options
 
     firsts: dict = {}
@@ -121,18 +123,21 @@ def embedding_stage(todo: Sequence, cells: Sequence, runs: dict) -> dict:
     for i, s in todo:
         agent = cells[i].agent
         key = (type(agent).__name__, repr(sorted(_agent_options(agent).items())), s.sample_id)
-        ready[(i, s.sample_id)] = firsts.setdefault(key, (threading.Event(), i, s))[0]
+        ev, _, _, took = firsts.setdefault(key, (threading.Event(), i, s, [0.0]))
+        ready[(i, s.sample_id)] = (ev, took)
 
     def work() -> None:
         try:
-            for ev, i, s in firsts.values():
+            for ev, i, s, took in firsts.values():
                 if STOP.is_set():
                     return
+                t0 = time.perf_counter()
                 with contextlib.suppress(Exception):  # the sample then embeds (and fails, if it must) itself
                     cells[i].agent.first_prompt(s, runs[i].tables)
+                took[0] = time.perf_counter() - t0
                 ev.set()
         finally:
-            for ev, _, _ in firsts.values():
+            for ev, *_ in firsts.values():
                 ev.set()
 
     if firsts:
@@ -250,13 +255,17 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
                     return i, None
                 if fetch_error:
                     raise fetch_error[0]
-            if (i, s.sample_id) in ready and not _wait(ready[(i, s.sample_id)]):
+            ev, took = ready.get((i, s.sample_id), (None, [0.0]))
+            if ev is not None and not _wait(ev):
                 return i, None
             kind = (cells[i].spec.system, cells[i].spec.model)
             try:
-                return i, runs[i].predict(s) if cap is None else cap.spend(kind, lambda: runs[i].predict(s))
+                rec = runs[i].predict(s) if cap is None else cap.spend(kind, lambda: runs[i].predict(s))
             except NotStarted:  # the cap refused it, or the run stopped: no record
                 return i, None
+            if rec is not None and took[0]:  # its embedding, done ahead by the stage, is part of its latency
+                rec = rec.model_copy(update={"latency_s": rec.latency_s + took[0]})
+            return i, rec
 
         n_done = [sum(not runs[i].todo for i in todo)]
 
