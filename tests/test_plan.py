@@ -131,8 +131,9 @@ def test_raptor_summaries_are_counted_and_the_stand_ins_are_forgotten(real_data)
 
     from balms import paths
 
+    # look-back 3: each sample has two days to summarise
     cfg = load("smoke", raw_root=str(real_data), systems=["raptor"], datasets=["pmdata"], n_samples=2, lookback=3,
-               backbones=["Qwen2.5-7B-Instruct"], notebooks=["01_prediction", "02_cot"])  # look-back 3: two days summarised
+               backbones=["Qwen2.5-7B-Instruct"], notebooks=["01_prediction", "02_cot"])
     plan = build_plan(cfg, per_cell=2)
     zs, cot = (next(ce for ce in plan.cells if ce.cell.cot == c) for c in (False, True))
     assert zs.errors == cot.errors == [] and zs.run == cot.run == 2
