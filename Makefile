@@ -190,8 +190,10 @@ replay-check: ## A fresh cache + the committed responses regenerate the committe
 	@test -f $(RESPONSES) || (echo "no $(RESPONSES): run make paper then make export-responses" && exit 2)
 	rm -rf build/replay-$(PROFILE) && mkdir -p build/replay-$(PROFILE)
 	BALMS_CACHE_DIR=$(CURDIR)/build/replay-$(PROFILE)/cache $(PY) -m balms.cli bundle import-responses $(RESPONSES)
+	@# two notebooks at once: a replay makes no model call, each kernel is one core's work (cells two notebooks
+	@# share are locked: the second runs its own cells first, then reads the shared ones)
 	$(REPLAY_ENV) BALMS_OUTPUT_DIR=$(CURDIR)/build/replay-$(PROFILE)/out \
-	  $(MAKE) --no-print-directory paper PROFILE=$(PROFILE) EXEC_DIR=build/replay-$(PROFILE)/executed P="-p cache_mode replay"
+	  $(MAKE) --no-print-directory -j2 paper PROFILE=$(PROFILE) EXEC_DIR=build/replay-$(PROFILE)/executed P="-p cache_mode replay"
 	$(PY) -m balms.cli bundle compare --ours build/replay-$(PROFILE)/out/$(PROFILE)/tables --profile $(PROFILE)
 
 # The shipped bundle holds only what the tables need: the profile's responses are replayed in an empty cache and a
