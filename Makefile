@@ -108,7 +108,7 @@ test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder
 sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)
 	scripts/sandbox-selftest $(PY)
 
-paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked; goal 15 min, deadline 20 (CI)
+paper-dryrun: ## The paper profile on loopback llama.cpp/Anthropic stand-ins (SmolLM2), 1 sample per cell, checked; goal 15 min, deadline 35 (CI)
 	$(PY) scripts/paper_dryrun.py --venv $(VENV) --make "$(MAKE)" --timeout-s 2100
 
 fidelity: ## Regenerate docs/fidelity.md from balms/resources/fidelity.yaml (tests/test_fidelity.py checks both)
