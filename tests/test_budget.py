@@ -11,8 +11,9 @@ from balms.experiments.cells import adhoc_cells
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import make_cell, run
 from balms.experiments.plan import THROUGHPUT
-from balms.experiments.scheduler import record_content, schedule_cells
+from balms.experiments.scheduler import schedule_cells
 from balms.records import PredictionRecord, Step
+from balms.runfile import record_content
 from fake_servers import AnsweringOpenAIServer
 
 MODELS = {"Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B-Instruct",

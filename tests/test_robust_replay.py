@@ -1,6 +1,6 @@
 """Fresh and replayed records are identical for the same work (issue 37): a grid run fresh, then again from the
 caches in a new runs folder, writes the same run files but for timings and cache provenance
-(balms.experiments.scheduler.record_content). Two ways they differed: a RAPTOR day summary kept its model's
+(balms.runfile.record_content). Two ways they differed: a RAPTOR day summary kept its model's
 trailing space when generated and lost it when read back from the summary cache; PHIA's `sandbox_mechanisms`
 appeared on an episode that ran no code when its Sandbox happened to be the process's first (the one that checks a
 worker before any block)."""
@@ -13,9 +13,9 @@ from agent_fakes import use_hash_embedder
 from balms import experiments as ex
 from balms.agents import prompts
 from balms.experiments import cohorts
-from balms.experiments.scheduler import record_content
 from balms.models.base import Completion
 from balms.models.cache import CachedBackend, ResponseCache
+from balms.runfile import record_content
 from balms.runner import load_records
 
 

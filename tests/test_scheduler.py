@@ -19,8 +19,9 @@ from balms.experiments import scheduler
 from balms.experiments.cells import adhoc_cells
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import make_cell, records_of, run
-from balms.experiments.scheduler import cell_records, record_content, schedule_cells
+from balms.experiments.scheduler import schedule_cells
 from balms.models.slots import ServerSlots
+from balms.runfile import cell_records, record_content
 from balms.runner import manifest_path_for
 from fake_servers import AnsweringOpenAIServer
 

@@ -28,7 +28,7 @@ from balms.cellspec import describe_cell
 from balms.experiments.config import ExperimentConfig
 from balms.models.slots import STOP, NotStarted
 from balms.records import PredictionRecord
-from balms.runfile import cell_records, record_content  # noqa: F401 - where the tests import them
+from balms.runfile import cell_records
 
 
 @dataclass
@@ -39,8 +39,6 @@ class ScheduleReport:
     results: list = field(default_factory=list)
     limits: dict[str, int] = field(default_factory=dict)
     stopped: str | None = None  # how far the run got when the spending cap stopped it, else None
-
-
 
 
 def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
