@@ -51,10 +51,10 @@ def test_paper_cells_enumerated_once_each(real_data):
         "07_rationale_quality": len(cfg.judged_datasets) * len(cfg.judge_systems) * nb,
     }
     assert {c.dataset for c in cells if c.notebook == "07_rationale_quality"} == {"globem"}
-    agent_keys = [c.key for c in cells if c.system != "judge"]
+    agent_keys = [c.cell.spec.key() for c in cells if not c.is_judge]
     assert None not in agent_keys and len(set(agent_keys)) == len(agent_keys)
-    judge = [c for c in cells if c.system == "judge"]
-    assert {c.model for c in judge} == {"Llama-3.3-70B-Instruct"} and {c.judged_model for c in judge} == set(
+    judge = [c for c in cells if c.is_judge]
+    assert {c.model for c in judge} == {"Llama-3.3-70B-Instruct"} and {c.decl.model for c in judge} == set(
         cfg.backbones
     )
 
@@ -113,7 +113,7 @@ def test_a_plugin_making_two_calls_per_sample_is_planned_at_two(two_calls, real_
     cfg = load("smoke", raw_root=str(real_data), systems=["healthllm", "two_calls"], datasets=["pmdata"],
                backbones=["Qwen2.5-7B-Instruct"], n_samples=n_samples, notebooks=["01_prediction"])
     plan = build_plan(cfg, per_cell=2)
-    by_system = {ce.cell.system: ce for ce in plan.cells}
+    by_system = {ce.system: ce for ce in plan.cells}
     assert set(by_system) == {"healthllm", "two_calls"}
     two, one = by_system["two_calls"], by_system["healthllm"]
     assert two.n_samples == one.n_samples == n_samples and two.run == one.run <= 2
@@ -135,7 +135,7 @@ def test_raptor_summaries_are_counted_and_the_stand_ins_are_forgotten(real_data)
     cfg = load("smoke", raw_root=str(real_data), systems=["raptor"], datasets=["pmdata"], n_samples=2, lookback=3,
                backbones=["Qwen2.5-7B-Instruct"], notebooks=["01_prediction", "02_cot"])
     plan = build_plan(cfg, per_cell=2)
-    zs, cot = (next(ce for ce in plan.cells if ce.cell.cot == c) for c in (False, True))
+    zs, cot = (next(ce for ce in plan.cells if ce.decl.cot == c) for c in (False, True))
     assert zs.errors == cot.errors == [] and zs.run == cot.run == 2
     assert zs.usage.calls > 2 * zs.n_samples  # an answer per sample and the summaries of its look-back's days
     assert cot.usage.calls == cot.n_samples  # the same days' summaries: answered from the cache
@@ -204,8 +204,8 @@ def test_the_judge_is_asked_once_per_rationale_of_every_model(real_data):
     cfg = load("paper", raw_root=str(real_data), datasets=["globem"], systems=["healthllm"], n_samples=2,
                backbones=["Qwen2.5-7B-Instruct", "Mistral-7B-Instruct-v0.3"], judge_systems=["healthllm"],
                notebooks=["01_prediction", "02_cot", "07_rationale_quality"])
-    judge = [ce for ce in build_plan(cfg, per_cell=2).cells if ce.cell.system == "judge"]
-    assert {ce.cell.judged_model for ce in judge} == set(cfg.backbones)
+    judge = [ce for ce in build_plan(cfg, per_cell=2).cells if ce.is_judge]
+    assert {ce.decl.model for ce in judge} == set(cfg.backbones)
     assert all(ce.usage.calls == ce.n_samples > 0 and not ce.errors for ce in judge)
 
 

@@ -22,7 +22,6 @@ judge) soonest, `--servers` prices a split you give.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -31,7 +30,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
-from balms.experiments.cells import NOTEBOOKS, options_json
+from balms.experiments.cells import NOTEBOOKS, CellDecl
+from balms.experiments.grid import Cell
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.throughput import (  # noqa: F401  (the plan's names too)
     GPU_MEMORY_GB,
@@ -66,45 +66,62 @@ def assumptions(behaviour: Behaviour, per_cell: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- cells ---
-@dataclass(frozen=True)
-class PlanCell:
-    """One cell a notebook runs: agents (system = healthllm/rag/raptor/phia) or the judge (system = judge)."""
+@dataclass
+class CellEstimate:
+    """What one declared cell costs: its declaration, the cell it builds (whose spec key names the run file the
+    notebooks write) and, for the judge's pass over that cell's CoT rationales (notebook 07), the judge model."""
 
-    notebook: str
-    dataset: str
-    system: str
-    model: str
-    cot: bool = False
-    lookback: int | None = None  # None: the dataset's default look-back
-    options: str = "{}"  # extra agent options as sorted JSON (an ablation's channels, PHIA's executor)
-    judged_model: str | None = None  # judge cells: whose CoT rationales
-    key: str | None = None  # agent cells: the CellSpec key that names the run file (the notebooks run exactly these)
+    decl: CellDecl
+    cell: Cell
+    judge_model: str | None = None
+    n_samples: int = 0
+    usage: Usage = field(default_factory=lambda: Usage(0, 0, 0))
+    run: int = 0  # samples run against the stand-in
+    batchable: bool = False  # what anthropic_batch sends through the Message Batches API
+    errors: list[str] = field(default_factory=list)  # errors of the records (or verdicts) the stand-in run made
 
     @property
-    def extra(self) -> dict:
-        return json.loads(self.options)
+    def is_judge(self) -> bool:
+        return self.judge_model is not None
+
+    @property
+    def model(self) -> str:
+        return self.judge_model or self.decl.model
+
+    @property
+    def system(self) -> str:
+        return "judge" if self.is_judge else self.decl.system
+
+    @property
+    def notebook(self) -> str:
+        return self.decl.notebook
+
+    @property
+    def dataset(self) -> str:
+        return self.decl.dataset
+
+    def row(self) -> dict:
+        """The plan's line for this cell (`balms plan --json`'s "cells")."""
+        d = self.decl
+        return {"notebook": d.notebook, "dataset": d.dataset, "system": self.system, "model": self.model,
+                "cot": True if self.is_judge else d.cot, "lookback": None if self.is_judge else self.cell.spec.lookback,
+                "options": {"system": d.system} if self.is_judge else d.extra,
+                "judged_model": d.model if self.is_judge else None,
+                "key": None if self.is_judge else self.cell.spec.key(),
+                "n_samples": self.n_samples, "samples_run": self.run, "calls": round(self.usage.calls)}
 
 
-def enumerate_cells(cfg: ExperimentConfig, built: dict | None = None) -> list[PlanCell]:
+def enumerate_cells(cfg: ExperimentConfig) -> list[CellEstimate]:
     """Every cell the profile's notebooks declare (balms.experiments.cells), each once under the first notebook that
-    runs it (same cell key), then notebook 07's judge cells. `built`, when given, receives each agent cell's
-    runnable form (samples, agent, spec) keyed by its PlanCell, so the estimate reads exactly what will run."""
+    runs it (same cell key), then notebook 07's judge passes, not yet priced."""
     from balms.experiments.grid import declared_builds
 
-    cells: list[PlanCell] = []
+    cells: list[CellEstimate] = []
     for decl, cell, first in declared_builds(cfg):
         if first:
-            pc = PlanCell(decl.notebook, decl.dataset, decl.system, decl.model, decl.cot, cell.spec.lookback,
-                          decl.options, key=cell.spec.key())
-            cells.append(pc)
-            if built is not None:
-                built[pc] = cell
+            cells.append(CellEstimate(decl, cell))
         if decl.notebook == "07_rationale_quality":  # the judge grades this CoT cell's rationales, wherever it ran
-            jc = PlanCell(decl.notebook, decl.dataset, "judge", cfg.judge_model, True,
-                          options=options_json({"system": decl.system}), judged_model=decl.model)
-            cells.append(jc)
-            if built is not None:
-                built[jc] = cell
+            cells.append(CellEstimate(decl, cell, judge_model=cfg.judge_model))
     return cells
 
 
@@ -191,9 +208,8 @@ class Plan:
         "total": totals}."""
         per: dict[tuple, tuple[Usage, Usage]] = {}
         for ce in self.cells:
-            phase = "judge" if ce.cell.system == "judge" else "prediction"
-            for key in (("nb", ce.cell.notebook, ce.cell.model), ("model", ce.cell.model),
-                        ("phase", phase, ce.cell.model)):
+            phase = "judge" if ce.is_judge else "prediction"
+            for key in (("nb", ce.notebook, ce.model), ("model", ce.model), ("phase", phase, ce.model)):
                 u, b = per.setdefault(key, (Usage(0, 0, 0), Usage(0, 0, 0)))
                 u.add(ce.usage)
                 if ce.batchable:
@@ -206,12 +222,12 @@ class Plan:
                  for k in ("calls", "prompt_tokens", "output_tokens", "gpu_hours", "claude_usd", "claude_batch_usd")}
         for k in ("calls", "prompt_tokens", "output_tokens"):
             total[k] = int(total[k])
-        ran = {nb for nb in NOTEBOOKS if any(ce.cell.notebook == nb for ce in self.cells)} | {"06_latency"}
+        ran = {nb for nb in NOTEBOOKS if any(ce.notebook == nb for ce in self.cells)} | {"06_latency"}
         return {"notebooks": {nb: nbs[nb] for nb in NOTEBOOKS if nb in ran}, "backbones": models,
                 "phases": {p: v for p, v in phases.items() if v}, "total": total}
 
     def to_dict(self) -> dict:
-        errors = {f"{ce.cell.notebook} {ce.cell.dataset} {ce.cell.system} {ce.cell.model}": ce.errors[0]
+        errors = {f"{ce.notebook} {ce.dataset} {ce.system} {ce.model}": ce.errors[0]
                   for ce in self.cells if ce.errors}
         return {
             "profile": self.profile,
@@ -221,15 +237,11 @@ class Plan:
             "throughput_tokens_per_s": self.throughput,
             "data_sources": self.data_sources,
             "samples_run_per_cell": self.per_cell,
-            "samples_run": sum(ce.run for ce in self.cells if ce.cell.system != "judge"),
+            "samples_run": sum(ce.run for ce in self.cells if not ce.is_judge),
             "stand_in_errors": errors,
             "n_cells": len(self.cells),
             # every cell priced, with the key of the run file it writes (agent cells): exactly what the notebooks run
-            "cells": [{"notebook": ce.cell.notebook, "dataset": ce.cell.dataset, "system": ce.cell.system,
-                       "model": ce.cell.model, "cot": ce.cell.cot, "lookback": ce.cell.lookback,
-                       "options": ce.cell.extra, "judged_model": ce.cell.judged_model, "key": ce.cell.key,
-                       "n_samples": ce.n_samples, "samples_run": ce.run, "calls": round(ce.usage.calls)}
-                      for ce in self.cells],
+            "cells": [ce.row() for ce in self.cells],
             "assumptions": assumptions(self.behaviour, self.per_cell),
         }
 
@@ -237,16 +249,6 @@ class Plan:
 # ------------------------------------------------------------------------------------------ estimate ---
 def _scaled(u: Usage, k: float) -> Usage:
     return Usage(u.calls * k, u.prompt_tokens * k, u.output_tokens * k)
-
-
-@dataclass
-class CellEstimate:
-    cell: PlanCell
-    n_samples: int
-    usage: Usage
-    run: int  # samples run against the stand-in
-    batchable: bool = False  # what anthropic_batch sends through the Message Batches API
-    errors: list[str] = field(default_factory=list)  # errors of the records (or verdicts) the stand-in run made
 
 
 def sample_block(samples: list, per_cell: int, seed: int, dataset: str) -> tuple[list, bool]:
@@ -331,8 +333,7 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
     for k, v in (throughput or {}).items():
         tp.setdefault(k, {}).update(v)
     plan = Plan(cfg.profile, behaviour=behaviour, throughput=tp, per_cell=per_cell)
-    built: dict = {}
-    cells = enumerate_cells(cfg, built)
+    cells = enumerate_cells(cfg)
     cohorts = {d: cohort(d, cfg) for d in sorted({c.dataset for c in cells})}
     plan.data_sources = {d: co.source for d, co in cohorts.items()}
     counters = {m: token_counter(m) for m in sorted({c.model for c in cells})}
@@ -354,53 +355,51 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
         return backends[model]
 
     ran: dict[str, tuple] = {}  # agent cell key -> (records, n samples, n users, exact)
-    estimates: list = [None] * len(cells)
 
-    def estimate(i: int, cell: PlanCell) -> None:
+    def estimate(i: int, ce: CellEstimate) -> None:
         if progress:
-            progress(i, len(cells), cell)
-        tables = cohorts[cell.dataset].tables
-        be = backend(cell.model)
-        deltas, errors = [], []
-        if cell.system == "judge":
-            recs, n, n_users, exact = ran[built[cell].spec.key()]
+            progress(i, len(cells), ce)
+        tables = cohorts[ce.dataset].tables
+        be = backend(ce.model)
+        deltas = []
+        if ce.is_judge:
+            recs, n, n_users, exact = ran[ce.cell.spec.key()]
             for rec in recs:
-                u, res = _measure(be, judge_record, rec, {cell.dataset: tables}, be, **_judge_options(cfg))
+                u, res = _measure(be, judge_record, rec, {ce.dataset: tables}, be, **_judge_options(cfg))
                 deltas.append(u)
                 if res.status != "scored":
-                    errors.append(f"{res.unscored_code}: {res.unscored_reason}")
-            batchable = False
+                    ce.errors.append(f"{res.unscored_code}: {res.unscored_reason}")
         else:
-            c = built[cell]
+            c = ce.cell
             n, n_users = len(c.samples), len({s.user for s in c.samples})
-            block, exact = sample_block(c.samples, per_cell, cfg.seed, cell.dataset)
+            block, exact = sample_block(c.samples, per_cell, cfg.seed, ce.dataset)
             agent, recs = _hash_retrieval(c.agent), []
             for s in block:
                 u, rec = _measure(be, agent.predict, s, tables, be)
                 deltas.append(u)
                 recs.append(rec)
                 if rec.error:
-                    errors.append(rec.error)
-            ran[cell.key] = (recs, n, n_users, exact)
-            batchable = get_system(cell.system).batchable
-        estimates[i] = CellEstimate(cell, n, scale_up(deltas, n, n_users, exact), len(deltas), batchable, errors)
+                    ce.errors.append(rec.error)
+            ran[c.spec.key()] = (recs, n, n_users, exact)
+            ce.batchable = get_system(ce.system).batchable
+        ce.n_samples, ce.usage, ce.run = n, scale_up(deltas, n, n_users, exact), len(deltas)
 
     # The agents' cells, one thread per model (its cells in order: each stand-in backend is used by one thread, so
     # what it counts, and what each cell is credited with, is what a serial run counts); a model's cells wait on
     # the sandbox (PHIA) and its own CPU, so models overlap. Then the judge's cells, which read the agents' records.
     by_model: dict[str, list] = {}
-    for i, cell in enumerate(cells):
-        if cell.system != "judge":
-            by_model.setdefault(cell.model, []).append((i, cell))
+    for i, ce in enumerate(cells):
+        if not ce.is_judge:
+            by_model.setdefault(ce.model, []).append((i, ce))
     try:
         with ThreadPoolExecutor(max(1, len(by_model)), thread_name_prefix="balms-plan") as pool:
             for f in [pool.submit(lambda todo: [estimate(i, c) for i, c in todo], todo)
                       for todo in by_model.values()]:
                 f.result()
-        for i, cell in enumerate(cells):
-            if cell.system == "judge":
-                estimate(i, cell)
-        plan.cells.extend(estimates)
+        for i, ce in enumerate(cells):
+            if ce.is_judge:
+                estimate(i, ce)
+        plan.cells.extend(cells)
     finally:
         _forget_summaries(plan.stand_in)
     return plan
