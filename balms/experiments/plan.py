@@ -31,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 from balms.experiments.cells import NOTEBOOKS, CellDecl
-from balms.experiments.grid import Cell
 from balms.experiments.config import ExperimentConfig
+from balms.experiments.grid import Cell
 from balms.experiments.throughput import (  # noqa: F401  (the plan's names too)
     GPU_MEMORY_GB,
     THROUGHPUT,
