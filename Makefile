@@ -93,8 +93,8 @@ test: test-fast test-slow test-notebooks test-replay ## The README's test comman
 test-fast: ## Fast tests (no model, no server), one worker per core (pytest-xdist)
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider -n auto
 
-test-slow: ## Tests that run a real small model, a real llama.cpp server or the sandbox
-	$(PY) -m pytest -q -m "slow" -p no:cacheprovider
+test-slow: ## Tests that run a real small model, a real llama.cpp server or the sandbox, two workers (pytest-xdist)
+	$(PY) -m pytest -q -m "slow" -p no:cacheprovider -n 2
 
 NB_TEST := build/test-notebooks
 test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder, current code) and check them with nbval
