@@ -31,7 +31,7 @@ RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router install-sky test test-fast test-slow test-notebooks sandbox-selftest data fidelity paper notebook \
-        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-roles bench-scale clean-runs lint export-responses bundle \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-fidelity bench-roles bench-scale clean-runs lint export-responses bundle \
         replay-check plan plan-confirm paper-dryrun docs book lab FORCE
 
 help: ## List the targets
@@ -252,6 +252,11 @@ bench-scale: ## Paper notebook-01 grid on 16 and 64 simulated GPUs split by the 
 
 bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct overall scores, s per rationale
 	$(PY) bench/bench_judge.py --out bench/judge.json
+
+bench-fidelity: ## The CoT template as printed vs our placeholder, and the judge's window, on the CPU study's days (needs its bundle imported; the printed CoT cells run once)
+	$(PY) bench/bench_cot_format.py --out bench/cot_format.json
+	$(PY) bench/bench_judge_window.py --systems rag healthllm --n 30 --out bench/judge_window.json
+	$(MAKE) --no-print-directory docs
 
 clean-runs: ## Remove executed notebooks and run records (the response cache is kept)
 	rm -rf notebooks/executed runs report

@@ -174,4 +174,7 @@ def render(rows: list[Row]) -> str:
     for r in rows:
         if r.kind == "exact":
             lines.append(f"| `{r.id}` | {_cell(r.compares)} | {', '.join(f'`{p}`' for p in r.passages) or '-'} |")
+    lines += ["", "## What two of the paper's choices do to our numbers", "",
+              "Measured on the CPU study's real days (small CPU models), written by `make docs` from bench/:", "",
+              "```{include} _generated/fidelity_effects.md", "```"]
     return "\n".join(lines) + "\n"

@@ -408,6 +408,56 @@ def evaluation_page() -> str:
             + evaluation_statement(DEFAULT_RULE, rule) + "\n")
 
 
+def fidelity_effects_page() -> str:
+    """What two of the paper's choices do to our numbers (issue 38): its CoT template as printed against our
+    placeholder form, and the judge's window (look-back arrays) against each agent's own view."""
+    from balms.experiments.claims import compare_sentence, fmt, pct
+
+    c, j = _json(ROOT / "bench" / "cot_format.json"), _json(ROOT / "bench" / "judge_window.json")
+    rows, sentences = [], []
+    for system, v in c["systems"].items():
+        for form in c["forms"]:
+            f = v[form]
+            rows.append([system, form, f["n"], f["n_parse_failures"], fmt(f["mae_excluded"]), fmt(f["mae_scored"]),
+                         f"{f['modal_answer']} ({pct(f['modal_share'], 0)})", pct(f["modal_label_share"], 0),
+                         pct(f["share_answer_1"], 0), pct(f["share_answer_3"], 0)])
+        d = v["printed_minus_answer_line_exclude"]
+        sentences.append("- " + compare_sentence(f"{system} with the printed template", "with the placeholder form",
+                                                 d["diff"], d["ci_low"], d["ci_high"], n=d["n_pairs"])
+                         + f" Answering 3 on every one of these days scores {fmt(v['mae_always_3'])}, answering 1 "
+                           f"{fmt(v['mae_always_1'])}.")
+    out = [HEADER.format(src="bench/cot_format.json (`python bench/bench_cot_format.py`) and bench/judge_window.json "
+                              "(`python bench/bench_judge_window.py`)"),
+           f"### The CoT template: as printed against our placeholder form\n\nThe CPU study's CoT days on "
+           f"{c['dataset']}, model `{c['model']}` (a small CPU model, not a paper backbone), replayed from its "
+           "committed responses; `printed` shows the paper's worked reasoning paragraph and its answer sentence "
+           "(which names the value 3), `answer_line` a placeholder paragraph and `Answer: 1`.\n\n",
+           _table(["system", "cot_format", "days", "unparsed", "MAE", "MAE (failures scored)", "commonest answer",
+                   "commonest label", "answers of 1", "answers of 3"], rows),
+           "\n" + "\n".join(sentences) + "\n\nRead with the answer shares: a form whose commonest answer is its "
+           "example's value on most days measures what the example anchors, not what the sensors say.\n\n",
+           f"### The judge's window: the look-back arrays against the agent's own view\n\nJudge `{j['judge_model']}` "
+           f"({j['judge_mode']}, grounding hint {'on' if j['grounding_hint'] else 'off'}), the first "
+           f"{j['n_per_system']} CoT rationales per system of `{j['agent_model']}` on {j['dataset']}.\n\n"]
+    jrows = []
+    for system, v in j["systems"].items():
+        eg = v.get("evidence_grounding_lookback_minus_agent")
+        ov = v.get("overall_lookback_minus_agent")
+        jrows.append([system, f"{v['windows_that_differ']} of {v['n_rationales']}",
+                      *(["identical judge input: no call"] * 2 if eg is None else
+                        [f"{fmt(x['mean'], 3)} ({fmt(x['lo'], 3)} to {fmt(x['hi'], 3)}; n = {x['n']})"
+                         for x in (eg, ov)])])
+    out.append(_table(["system", "windows that differ", "Evidence Grounding, lookback - agent (95% CI)",
+                       "Overall, lookback - agent (95% CI)"], jrows))
+    for system, v in j["systems"].items():
+        eg = v.get("evidence_grounding_lookback_minus_agent")
+        if eg is not None:
+            out.append("\n- " + compare_sentence(f"{system} judged on the look-back arrays", "on its own view",
+                                                  eg["mean"], eg["lo"], eg["hi"], what="Evidence Grounding",
+                                                  n=eg["n"], digits=3) + "\n")
+    return "".join(out)
+
+
 PAGES = {
     "evaluation.md": evaluation_page,
     "llama.md": llama_page,
@@ -420,6 +470,7 @@ PAGES = {
     "disk.md": disk_page,
     "measurements.md": measurements_page,
     "inside_agents.md": inside_agents_page,
+    "fidelity_effects.md": fidelity_effects_page,
 }
 README_BLOCKS = {"claims": readme_claims_block}
 
