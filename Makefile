@@ -254,6 +254,7 @@ bench-judge: ## Judge modes x embedded models: D.1 evidence grounding, distinct 
 	$(PY) bench/bench_judge.py --out bench/judge.json
 
 bench-fidelity: ## The CoT template as printed vs our placeholder, and the judge's window, on the CPU study's days (needs its bundle imported; the printed CoT cells run once)
+	$(PY) -m balms.cli bundle import-responses bench/cot_format_responses.jsonl.gz
 	$(PY) bench/bench_cot_format.py --out bench/cot_format.json
 	$(PY) bench/bench_judge_window.py --systems rag healthllm --n 30 --out bench/judge_window.json
 	$(MAKE) --no-print-directory docs

@@ -8,10 +8,13 @@ the parse failures, both MAEs (failures excluded and scored, docs/scoring.md), t
 answer, and the shares of 1 and 3, the two forms' example values), and the paired MAE difference printed - answer_line
 with a participant-bootstrap interval.
 
-Replay only (zero model calls): the printed cells' responses come from a cache where they were run once
-(`balms run --config cpu-study --notebooks 02_cot --set "-p cot_format printed -p datasets [pmdata]"`), the
-answer_line ones from the CPU study's bundle.
+Replay only (zero model calls): the answer_line responses come from the CPU study's bundle, the printed ones from
+bench/cot_format_responses.jsonl.gz (run once with `balms run --config cpu-study --notebooks 02_cot --profile
+cot-printed --set "-p cot_format printed -p datasets [pmdata]"`, then `balms.bundle.export_responses("cot-printed",
+...)`).
 
+    balms bundle import results/cpu-study/cpu-study.bundle.tar.gz
+    balms bundle import-responses bench/cot_format_responses.jsonl.gz
     python bench/bench_cot_format.py [--systems healthllm rag] [--out bench/cot_format.json]
 """
 
