@@ -1,6 +1,7 @@
 """Numbers written once (issue 35): every measured figure the docs show is written by `make docs`
 (scripts/make_docs.py) into docs/_generated/ or the README's generated blocks, the committed files equal what it
-writes from the committed results, and no prose (README, docs/*.md, notebook headers, balms docstrings) repeats a
+writes from the committed results, and no prose (README, docs/*.md, notebook headers, balms docstrings, profile
+comments) repeats a
 measured number: a ratio, a timing, a size, a multiplier, a measured share or a count from a run."""
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def prose_sources() -> dict[str, str]:
         md = [c for c in cells if c.startswith(" [markdown]")]
         out[f"notebooks/{nb.name} (markdown)"] = "\n".join(
             "\n".join(line[2:] for line in c.splitlines()[1:]) for c in md)
+    for prof in sorted((ROOT / "balms" / "profiles").glob("*.yaml")):  # a profile's comments are prose too
+        out[f"{prof.relative_to(ROOT)} (comments)"] = "\n".join(
+            line.split("#", 1)[1] for line in prof.read_text().splitlines() if "#" in line)
     for py in sorted((ROOT / "balms").rglob("*.py")):
         tree = ast.parse(py.read_text())
         docs = [ast.get_docstring(n, clean=False) for n in ast.walk(tree)
