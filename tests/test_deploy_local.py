@@ -115,3 +115,5 @@ def test_run_on_models_keeps_their_cells_and_refuses_a_model_no_cell_runs(paper)
     assert len(kept) == sum(c.model == "Qwen2.5-7B-Instruct" for c in decls)
     with pytest.raises(ValueError, match="no cell runs on qwen2.5-coder-1.5b"):
         _on_models(decls, ["Qwen2.5-7B-Instruct", "qwen2.5-coder-1.5b"])
+    with pytest.raises(SystemExit, match="balms run --notebooks: no cell runs on Qwen2.5-7B-Instruct"):
+        balms_main(["run", "--notebooks", "01_prediction", "--config", "smoke", "--model", "Qwen2.5-7B-Instruct"])
