@@ -205,7 +205,7 @@ bundle: ## Pack PROFILE's runs and responses as results/<profile>/<profile>.bund
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export-responses --profile $(PROFILE) --out $(RESPONSES) --set "$$BALMS_P"
 	$(REPLAY_ENV) $(PY) -m balms.cli bundle export --profile $(PROFILE) --set "$$BALMS_P"
 
-docs: ## Rewrite every measured number the docs show (docs/_generated/, the README's claims table) from the committed results
+docs: ## Rewrite every measured or generated figure the docs show (docs/_generated/, the README's claims table, the runbook's serving recipe)
 	PYTHONPATH=$(CURDIR) $(PY) scripts/make_docs.py
 
 book: docs ## The book: docs/ and the committed executed notebooks (demo; CPU study's 08) as a static site in build/book

@@ -2,7 +2,7 @@
 notebook 01's cells run by the scheduler (balms.experiments.scheduler) against simulated vLLM servers
 (bench/sim_vllm.py: the service-time model and the sources of its rates are stated there), `--gpus` A6000-class
 GPUs each given to the models as the plan's allocation says (balms.experiments.plan.allocate: servers per model
-that finish the phase soonest; a 14B server holds the registry's 2 GPUs).
+that finish the phase soonest; each server holds its model's GPUs in the registry).
 
 Grid: the `paper` profile (RAPTOR over each user's whole history, PHIA up to 10 steps) with notebook 01's cells:
 every system x the four vLLM backbones x the data present (PMData and the GLOBEM sample at ../shared/data; real

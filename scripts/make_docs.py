@@ -1,11 +1,12 @@
 """Write every measured or generated figure the docs show, once, from the committed results (`make docs`).
 
 Prose never types a measured number (a ratio, a timing, a count from a run): it links or includes a file this
-script writes under docs/_generated/, and the README carries the short claims table between markers this script
-rewrites. tests/test_docs_numbers.py checks that the committed files equal what this script writes now, and that
-no prose repeats a measured number.
+script writes under docs/_generated/, and the README (the short claims table) and the runbook (the single-node
+serving recipe, from the model registry) carry blocks between markers this script rewrites.
+tests/test_docs_numbers.py checks that the committed files equal what this script writes now, and that no prose
+repeats a measured number.
 
-    python scripts/make_docs.py            # (re)write docs/_generated/*.md and the README's generated blocks
+    python scripts/make_docs.py            # (re)write docs/_generated/*.md and the README's and runbook's blocks
     python scripts/make_docs.py --check    # exit 1 and name the stale files, writing nothing
     python scripts/make_docs.py --measure-disk [CHECKOUT]   # `du -sh` of its three environments into bench/disk.json
 """
@@ -102,6 +103,14 @@ def readme_claims_block() -> str:
             + "".join("| " + " | ".join(r) + " |\n" for r in claims_rows(README_CLAIMS, answer=True))
             + "\n*Written by `make docs` from `results/cpu-study/tables/cpu_study_claims.csv`; every claim: "
               "[docs/_generated/claims.md](docs/_generated/claims.md).*\n")
+
+
+def serve_paper_block() -> str:
+    """The runbook's single-node recipe: `balms deploy local` for the paper profile on the paper's 4 x A6000."""
+    from balms.cli.deploy import local_recipe
+    from balms.experiments import config
+
+    return "```bash\n" + local_recipe(config.load("paper"), 4) + "```\n"
 
 
 def _bench_scale():
@@ -472,18 +481,21 @@ PAGES = {
     "inside_agents.md": inside_agents_page,
     "fidelity_effects.md": fidelity_effects_page,
 }
-README_BLOCKS = {"claims": readme_claims_block}
+RUNBOOK = ROOT / "docs" / "runbook.md"
+# pages carrying generated blocks (<!-- BEGIN generated:NAME --> ... <!-- END generated:NAME -->), each block's writer
+BLOCKS = {README: {"claims": readme_claims_block}, RUNBOOK: {"serve-paper-4-gpus": serve_paper_block}}
 
 
 def rendered() -> dict[Path, str]:
-    """Every generated file's text, by path (the README with its blocks rewritten)."""
+    """Every generated file's text, by path (the README and the runbook with their blocks rewritten)."""
     out = {GENERATED / name: make() for name, make in PAGES.items()}
-    text = README.read_text()
-    names = {m.group(2) for m in BLOCK.finditer(text)}
-    if names != set(README_BLOCKS):
-        raise ValueError(f"{README}: generated blocks {sorted(names)}, expected {sorted(README_BLOCKS)} "
-                         "(<!-- BEGIN generated:NAME --> ... <!-- END generated:NAME -->)")
-    out[README] = BLOCK.sub(lambda m: m.group(1) + README_BLOCKS[m.group(2)]() + m.group(4), text)
+    for page, blocks in BLOCKS.items():
+        text = page.read_text()
+        names = {m.group(2) for m in BLOCK.finditer(text)}
+        if names != set(blocks):
+            raise ValueError(f"{page}: generated blocks {sorted(names)}, expected {sorted(blocks)} "
+                             "(<!-- BEGIN generated:NAME --> ... <!-- END generated:NAME -->)")
+        out[page] = BLOCK.sub(lambda m, blocks=blocks: m.group(1) + blocks[m.group(2)]() + m.group(4), text)
     return out
 
 

@@ -1,8 +1,8 @@
 """Numbers written once (issue 35): every measured figure the docs show is written by `make docs`
-(scripts/make_docs.py) into docs/_generated/ or the README's generated blocks, the committed files equal what it
-writes from the committed results, and no prose (README, docs/*.md, notebook headers, balms docstrings, profile
-comments) repeats a
-measured number: a ratio, a timing, a size, a multiplier, a measured share or a count from a run."""
+(scripts/make_docs.py) into docs/_generated/ or the README's and runbook's generated blocks, the committed files
+equal what it writes from the committed results, and no prose (README, docs/*.md, notebook headers, balms
+docstrings, profile comments) repeats a measured number: a ratio, a timing, a size, a multiplier, a measured share or a
+count from a run."""
 
 from __future__ import annotations
 
@@ -115,6 +115,20 @@ def test_a_changed_result_makes_the_generated_files_stale(tmp_path, monkeypatch)
     after = make_docs.rendered()
     assert after[make_docs.README] != before[make_docs.README]
     assert after[make_docs.GENERATED / "claims.md"] != before[make_docs.GENERATED / "claims.md"]
+
+
+def test_the_runbooks_serving_recipe_follows_the_model_registry(monkeypatch):
+    """The runbook's block is `balms deploy local`'s recipe (checked above with every generated file); a changed
+    registry changes it, so a hand edit of either shows as stale."""
+    from dataclasses import replace
+
+    from balms.models import registry
+
+    before = make_docs.serve_paper_block()
+    assert before in make_docs.RUNBOOK.read_text()
+    judge = registry.MODELS[registry.JUDGE_MODEL]
+    monkeypatch.setitem(registry.MODELS, judge.name, replace(judge, tensor_parallel=4))
+    assert make_docs.serve_paper_block() != before
 
 
 @pytest.mark.parametrize("claims", [make_docs.README_CLAIMS, None], ids=["README", "all"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,7 +59,7 @@ def test_committed_tasks_are_what_the_generator_writes(paper, tmp_path):
     # the check sees an edit and a stray file, and says so through the command line
     shutil.copytree(TASKS, tmp_path / "t", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     one = tmp_path / "t" / "qwen2-5-7b-instruct.yaml"
-    one.write_text(one.read_text().replace("TP: '1'", "TP: '2'"))
+    one.write_text(one.read_text().replace("--tensor-parallel-size 1", "--tensor-parallel-size 2"))
     (tmp_path / "t" / "stray.yaml").write_text("run: echo\n")
     assert deploy_cli.drift(tmp_path / "t", paper) == [
         "stray.yaml: not generated (no such model in profile 'paper')",
@@ -77,8 +78,8 @@ def test_tasks_cover_exactly_the_paper_profiles_vllm_models(paper):
     for p in task_paths():
         t = yaml.safe_load(p.read_text())
         mid = t["envs"]["MODEL_ID"]
-        got[mid] = int(t["envs"]["TP"])
-        assert '--served-model-name "$MODEL_ID"' in t["run"] and '--tensor-parallel-size "$TP"' in t["run"]
+        got[mid] = int(re.search(r"--tensor-parallel-size (\d+)", t["run"]).group(1))
+        assert '--served-model-name "$MODEL_ID"' in t["run"]
         assert set(t["resources"]["accelerators"].values()) == {got[mid]}  # GPUs = tensor parallel
         assert (p.parent.name == "judge") == (MODELS[paper.judge_model].model_id == mid)
         assert ("--reasoning-parser" in t["run"]) == any(s.model_id == mid and s.is_reasoning for s in MODELS.values())
@@ -86,15 +87,21 @@ def test_tasks_cover_exactly_the_paper_profiles_vllm_models(paper):
 
 
 def test_registry_deploy_and_plan_agree_on_the_judge_as_the_paper_deployed_it(paper):
-    """One statement of the judge's GPUs and precision (the registry's), read by the SkyPilot task and the plan."""
+    """One statement of the judge's GPUs and precision (the registry's), read by the SkyPilot task, the one-node
+    recipe and the plan."""
     from balms.experiments.plan import gpus_per_server, phase_work
 
     s = spec(paper.judge_model)
     assert {"tensor_parallel": s.tensor_parallel, "quantization": s.quantization} == PAPER_JUDGE
     task = yaml.safe_load((TASKS / "judge" / f"{deploy_cli.service_name(s.name)}.yaml").read_text())
-    assert task["envs"]["TP"] == "2" and task["resources"]["accelerators"] == {g: 2 for g in deploy_cli.GPUS}
+    assert "--tensor-parallel-size 2" in task["run"]
+    assert task["resources"]["accelerators"] == {g: 2 for g in deploy_cli.GPUS}
     assert "--quantization bitsandbytes" in task["run"] and "load_in_8bit=True" in task["setup"]
     assert task["envs"]["WEIGHTS"] != s.model_id  # the 8-bit checkpoint the setup writes, not the bf16 repo
+    local = deploy_cli.local_recipe(paper, 4).replace("\\\n    ", " ")
+    serve = next(line for line in local.splitlines() if f"--served-model-name {s.model_id}" in line)
+    assert serve.startswith(f"CUDA_VISIBLE_DEVICES=0,1 vllm serve {task['envs']['WEIGHTS']} ")
+    assert "--quantization bitsandbytes" in serve and "load_in_8bit=True" in local
     assert gpus_per_server(s.name) == 2
     plan = {"phases": {"judge": {s.name: {"calls": 10, "server_hours": 3.0}}}}
     assert phase_work(plan)["judge"][s.name]["gpus"] == 2
@@ -131,7 +138,7 @@ def test_skypilot_parses_every_task_with_its_own_schema(tmp_path):
     parsed = {}
     for t in by_path.values():
         assert "error" not in t, t
-        mid, tp = t["envs"]["MODEL_ID"], int(t["envs"]["TP"])
+        mid, tp = t["envs"]["MODEL_ID"], int(re.search(r"--tensor-parallel-size (\d+)", t["run"]).group(1))
         parsed[mid] = tp
         assert t["name"] == deploy_cli.service_name(next(s.name for s in MODELS.values() if s.model_id == mid))
         assert t["accelerators"] == [["A6000", tp], ["L40S", tp]]

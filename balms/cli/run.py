@@ -69,7 +69,8 @@ def _notebooks(args) -> int:
     if args.profile:
         cfg = cfg.replace(profile=args.profile)
     try:
-        df = run(cfg, [nb.strip() for nb in args.notebooks.split(",") if nb.strip()])
+        df = run(cfg, [nb.strip() for nb in args.notebooks.split(",") if nb.strip()],
+                 models=[m.strip() for m in args.model.split(",") if m.strip()] if args.model else None)
     except ValueError as exc:
         raise SystemExit(f"balms run --notebooks: {exc}") from None
     counts = df.groupby("status").size().to_dict() if len(df) else {}
@@ -139,7 +140,8 @@ def register(sub) -> None:
     p.add_argument("--spec", default=None, help="re-run the cell of a run manifest (or cell spec JSON)")
     p.add_argument("--dataset", choices=dataset_names())
     p.add_argument("--system", choices=system_names())
-    p.add_argument("--model", help="registry name (balms models list)")
+    p.add_argument("--model", help="registry name (balms models list); with --notebooks: comma-separated, only "
+                   "their cells on these models")
     p.add_argument("--cot", action="store_true", help="chain-of-thought variant")
     p.add_argument("--n", type=_at_least(0), default=None, help="evaluation samples (0 = all test samples)")
     p.add_argument("--lookback", type=_at_least(1), default=None)

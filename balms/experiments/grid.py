@@ -161,12 +161,13 @@ def build_cell(cfg: ExperimentConfig, decl, samples_of: dict | None = None, *, k
                      options=decl.extra or None, samples=samples, key_only=key_only)
 
 
-def run(cfg: ExperimentConfig, what, part: str | None = None, *, keep_transcript: bool = False,
+def run(cfg: ExperimentConfig, what, part: str | None = None, *, models=None, keep_transcript: bool = False,
         progress: bool = True) -> pd.DataFrame:
     """The one way to run cells (the notebooks, `balms run --notebooks`, the tests). `what`: a notebook's name (its
     cells as balms.experiments.cells declares them, or one `part` of them), several notebooks' names (their cells in
     one scheduler: `balms run --notebooks 01_prediction,02_cot`), or cells: declarations (`CellDecl`, e.g.
-    `adhoc_cells(...)` for a question of one's own) or built `Cell`s (`make_cell`, `Cell.from_spec`).
+    `adhoc_cells(...)` for a question of one's own) or built `Cell`s (`make_cell`, `Cell.from_spec`). `models`: only
+    the cells on these models (a node serving some of them at a time: `balms deploy local`).
 
     All in flight (balms.experiments.scheduler: every server busy, each cell resumable, its records the same as
     run alone); a cell declared twice runs once and is re-read. One row per prediction record, with the
@@ -180,6 +181,8 @@ def run(cfg: ExperimentConfig, what, part: str | None = None, *, keep_transcript
     from balms.models.routing import check_models
 
     decls = _declarations(cfg, what, part)
+    if models is not None:
+        decls = _on_models(decls, models)
     # before the first call: every model known and served somewhere (one message naming each that is not)
     check_models(list(dict.fromkeys(c.spec.model if isinstance(c, Cell) else c.model for c in decls)), cfg.servers,
                  cache_mode=cfg.cache_mode)
@@ -227,6 +230,21 @@ def _declarations(cfg: ExperimentConfig, what, part: str | None) -> list:
         parts = sorted({c.part for c in declared})
         raise ValueError(f"{', '.join(names)} declares no part {part!r}; its parts: {parts}")
     return [c for c in declared if part is None or c.part == part]
+
+
+def _on_models(decls: list, models) -> list:
+    """The cells among `decls` on `models` (registry spellings accepted); a model none of them runs is an error."""
+    from balms.models.registry import canonical_name
+
+    def model(c):
+        return c.spec.model if isinstance(c, Cell) else c.model
+
+    want = [canonical_name(m) for m in models]
+    have = list(dict.fromkeys(model(c) for c in decls))
+    idle = [m for m in want if m not in have]
+    if idle:
+        raise ValueError(f"no cell runs on {', '.join(idle)}; the cells' models: {', '.join(have)}")
+    return [c for c in decls if model(c) in want]
 
 
 def declared_builds(cfg: ExperimentConfig) -> Iterator[tuple]:

@@ -513,10 +513,10 @@ def check_memory(models, gpu: str) -> None:
     from balms.models.registry import spec
 
     for m in models:
-        s = spec(m)
-        room = GPU_MEMORY_UTILISATION * s.tensor_parallel * GPU_MEMORY_GB[gpu]
+        s, n = spec(m), gpus_per_server(m)
+        room = GPU_MEMORY_UTILISATION * n * GPU_MEMORY_GB[gpu]
         if s.weights_gb >= room:
-            raise ValueError(f"{m}: {s.weights_gb:g} GB of weights do not fit {s.tensor_parallel} x {gpu} "
+            raise ValueError(f"{m}: {s.weights_gb:g} GB of weights do not fit {n} x {gpu} "
                              f"({room:g} GB usable); raise its tensor_parallel in balms/models/registry.py")
 
 

@@ -1,6 +1,7 @@
 """What one server of a model gets through (tokens per second), by model size: the one place `balms plan` (bill,
 hours, allocation) and the spending cap (balms.experiments.budget) count GPU time from tokens. A server's GPUs are
-the model registry's `tensor_parallel` (stated once, there)."""
+the model registry's `tensor_parallel` (stated once, there), read through balms.models.serving as the deploy
+commands read it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 THROUGHPUT: dict[str, dict[str, float]] = {
     "7b": {"prefill": 8000.0, "decode": 1200.0},
     "14b": {"prefill": 5000.0, "decode": 700.0},
-    "70b": {"prefill": 1200.0, "decode": 120.0},  # the judge: 8-bit bitsandbytes over two GPUs (the registry's)
+    "70b": {"prefill": 1200.0, "decode": 120.0},  # the judge, served as the registry says (8-bit over its GPUs)
     "small": {"prefill": 20000.0, "decode": 3000.0},
 }
 # GPU types the throughput figures hold for, with their memory (GB): the paper's A6000 class
@@ -29,11 +30,13 @@ def size_class(model: str) -> str:
 
 
 def gpus_per_server(model: str) -> int:
-    """The registry's GPUs for one server of `model` (1 for a model it does not know)."""
-    from balms.models.registry import UnknownModelError, spec
+    """The GPUs of one server of `model` as the SkyPilot tasks and `balms deploy local` serve it
+    (balms.models.serving: the registry's); 1 for a model the registry does not know."""
+    from balms.models.registry import UnknownModelError
+    from balms.models.serving import vllm_server
 
     try:
-        return spec(model).tensor_parallel
+        return vllm_server(model).gpus
     except UnknownModelError:
         return 1
 
