@@ -424,6 +424,7 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
         self.polls_to_end = polls_to_end
         self.batches: dict[str, dict] = {}  # id -> {"requests": [...], "outcomes": [...], "polls": n}
         self.direct = 0  # POST /v1/messages (not batched) requests
+        self.log: list[tuple[str, str]] = []  # ("create" | "poll", batch id), in the order they arrived
 
     def _batch_obj(self, bid: str) -> dict:
         b = self.batches[bid]
@@ -461,6 +462,7 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
                             self._send(200, ("\n".join(lines) + "\n").encode())
                             return
                         server.batches[bid]["polls"] += 1
+                        server.log.append(("poll", bid))
                         body = server._batch_obj(bid)
                     self._send(200, json.dumps(body).encode())
                     return
@@ -476,6 +478,7 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
                         reqs = payload["requests"]
                         outs = [server.outcomes.popleft() if server.outcomes else "succeeded" for _ in reqs]
                         server.batches[bid] = {"requests": reqs, "outcomes": outs, "polls": 0, "lines": None}
+                        server.log.append(("create", bid))
                         body = server._batch_obj(bid)
 
                     def process(b=server.batches[bid]):  # answered in the background, as the real API does:

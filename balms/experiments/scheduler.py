@@ -9,9 +9,10 @@ none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`, cel
 their server. Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
 `cfg.allow_errors`): no sample or call starts after it, finished records are kept (balms.models.slots.drive).
 The spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`, balms.experiments.budget) starts only the samples it
-allows. Claude's single-call cells with `cfg.anthropic_batch`: their Message Batches are fetched on a thread of
-their own, each cell's samples waiting for its batch. Retrieval samples wait for their embeddings, computed ahead
-on a thread of their own (`embedding_stage`) while the other samples' calls go on.
+allows. Claude's single-call cells with `cfg.anthropic_batch`: their Message Batches, all cells' requests
+submitted together, are fetched on a thread of their own, each cell's samples waiting for its model's batches.
+Retrieval samples wait for their embeddings, computed ahead on a thread of their own (`embedding_stage`) while the
+other samples' calls go on.
 """
 
 from __future__ import annotations
@@ -99,13 +100,6 @@ def model_slots(cfg: ExperimentConfig, cell, limits: dict[str, int]) -> int | No
     return sum(limits[u] for u in servers_for(cell.spec.model_id, urls)) or None
 
 
-def _batched(cfg: ExperimentConfig, cell) -> bool:
-    from balms.agents.registry import get_system
-
-    return (cfg.anthropic_batch and cfg.cache_mode == "rw" and _kind(cfg, cell) == "anthropic"
-            and get_system(cell.spec.system).batchable)
-
-
 def embedding_stage(todo: Sequence, cells: Sequence, runs: dict) -> dict:
     """Embeddings off the critical path: one thread embeds, in the samples' static order (`todo`: (cell index,
     sample) pairs), what each retrieval sample (an agent with an `embedder`: RAG, RAPTOR) will ask for: its agent's
@@ -190,7 +184,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
     """Run the cells `todo` whose locks this process takes (all of them with `wait`); returns those left because
     another process held their lock."""
     from balms.agents.registry import get_system
-    from balms.experiments.batching import prefetch_cell
+    from balms.experiments.batching import prefetch_cells, why_not_batched
     from balms.experiments.cohorts import cohort
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
@@ -236,23 +230,23 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
                   f"threads per model: {size}", file=sys.stderr, flush=True)
         bar = stack.enter_context(progress_bar(sum(len(cells[i].samples) for i in todo),
                                                sum(runs[i].n_before for i in todo), f"{tag}: samples", progress))
-        batched = {i: threading.Event() for i in todo if _batched(cfg, cells[i])}
-        fetch_error: list[BaseException] = []
+        # Claude's Message Batches: every batched cell's requests submitted together, each cell's samples waiting
+        # for its model's batches (balms.experiments.batching); what stopped them is raised by the cell's samples
+        batched = {i: threading.Event() for i in todo if not why_not_batched(cfg, cells[i])}
+        fetch_error: dict[int, BaseException] = {}
 
-        def fetch() -> None:  # Claude's Message Batches, one cell after another (balms.experiments.batching)
-            for i, fetched in batched.items():
-                try:
-                    prefetch_cell(cfg, cells[i])
-                except Exception as exc:  # noqa: BLE001 - raised by the cell's samples
-                    fetch_error.append(exc)
-                fetched.set()
+        def fetched(j: int, error: BaseException | None) -> None:
+            i = list(batched)[j]  # j indexes the cells given to prefetch_cells
+            if error is not None:
+                fetch_error[i] = error
+            batched[i].set()
 
         def sample(i: int, s):
             if i in batched:
                 if not _wait(batched[i]):
                     return i, None
-                if fetch_error:
-                    raise fetch_error[0]
+                if i in fetch_error:
+                    raise fetch_error[i]
             ev, took = ready.get((i, s.sample_id), (None, [0.0]))
             if ev is not None and not _wait(ev):
                 return i, None
@@ -290,7 +284,8 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
         status = "incomplete"
         try:
             if batched:
-                threading.Thread(target=fetch, daemon=True, name="balms-batches").start()
+                threading.Thread(target=prefetch_cells, args=(cfg, [cells[i] for i in batched]),
+                                 kwargs={"done": fetched}, daemon=True, name="balms-batches").start()
             drive(((pools[pool_of[i]], rank, sample, i, s) for rank, i, s in jobs), write)
             for i in todo:  # a cell with nothing left to do is checked as it is
                 if not runs[i].todo:
