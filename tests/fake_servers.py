@@ -418,9 +418,10 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
     `polls_to_end` retrieves), GET .../{id}/results (JSONL). Each request's outcome is taken, at submission, from
     `outcomes` in order ("succeeded", "overloaded", "invalid", "expired", "canceled"); then "succeeded"."""
 
-    def __init__(self, *, outcomes=(), polls_to_end: int = 1, **kw):
+    def __init__(self, *, outcomes=(), polls_to_end: int = 1, create_delays=(), **kw):
         super().__init__(**kw)
         self.outcomes: deque[str] = deque(outcomes)
+        self.create_delays: deque[float] = deque(create_delays)  # seconds before each creation, in order
         self.polls_to_end = polls_to_end
         self.batches: dict[str, dict] = {}  # id -> {"requests": [...], "outcomes": [...], "polls": n}
         self.direct = 0  # POST /v1/messages (not batched) requests
@@ -473,6 +474,9 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
                 if self.path.rstrip("/").endswith("/messages/batches"):
                     n = int(self.headers.get("Content-Length") or 0)
                     payload = json.loads(self.rfile.read(n) or b"{}")
+                    with server.lock:
+                        delay = server.create_delays.popleft() if server.create_delays else 0.0
+                    time.sleep(delay)
                     with server.lock:
                         bid = f"msgbatch_{len(server.batches) + 1:04d}"
                         reqs = payload["requests"]

@@ -184,7 +184,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
     """Run the cells `todo` whose locks this process takes (all of them with `wait`); returns those left because
     another process held their lock."""
     from balms.agents.registry import get_system
-    from balms.experiments.batching import prefetch_cells, why_not_batched
+    from balms.experiments import batching
     from balms.experiments.cohorts import cohort
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
@@ -232,7 +232,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
                                                sum(runs[i].n_before for i in todo), f"{tag}: samples", progress))
         # Claude's Message Batches: every batched cell's requests submitted together, each cell's samples waiting
         # for its model's batches (balms.experiments.batching); what stopped them is raised by the cell's samples
-        batched = {i: threading.Event() for i in todo if not why_not_batched(cfg, cells[i])}
+        batched = {i: threading.Event() for i in todo if batching.batched(cfg, cells[i])}
         fetch_error: dict[int, BaseException] = {}
 
         def fetched(j: int, error: BaseException | None) -> None:
@@ -284,7 +284,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
         status = "incomplete"
         try:
             if batched:
-                threading.Thread(target=prefetch_cells, args=(cfg, [cells[i] for i in batched]),
+                threading.Thread(target=batching.prefetch_cells, args=(cfg, [cells[i] for i in batched]),
                                  kwargs={"done": fetched}, daemon=True, name="balms-batches").start()
             drive(((pools[pool_of[i]], rank, sample, i, s) for rank, i, s in jobs), write)
             for i in todo:  # a cell with nothing left to do is checked as it is
