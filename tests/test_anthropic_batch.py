@@ -94,7 +94,7 @@ def test_prefetch_single_call_cell_then_normal_run_makes_no_direct_call(
             "paper", raw_root=str(real_data), n_samples=3, datasets=["globem"], anthropic_batch=True, concurrency=1
         )
         cell = make_cell(cfg, "globem", "healthllm", "Claude-Haiku-4.5", cot=True)
-        rep = prefetch_cells(cfg, [cell], poll_s=0, progress=None)["Claude-Haiku-4.5"]
+        rep = prefetch_cells(cfg, {0: cell}, poll_s=0, progress=None)["Claude-Haiku-4.5"]
         assert rep.submitted == 3 and rep.succeeded == 2 and len(rep.failed) == 1
         recs = records_of(cfg, [cell], progress=False)[0]
         assert len(recs) == 3 and all(r.raw_answer.startswith("echo:") for r in recs)

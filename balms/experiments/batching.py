@@ -41,21 +41,22 @@ def batched(cfg, cell) -> bool:
         return False
 
 
-def prefetch_cells(cfg, cells, *, poll_s: float | None = None, progress=print, done=lambda j, error: None) -> dict:
-    """Phase 1 for `cells` (all `batched`) at once; returns {model: its BatchReport}. `done(j, error)` is called
-    once per cell j (its index in `cells`) when its model's batches have all ended: `error` is what stopped them
-    (the cell's samples raise it), else None."""
+def prefetch_cells(cfg, cells: dict, *, poll_s: float | None = None, progress=print,
+                   done=lambda j, error: None) -> dict:
+    """Phase 1 for `cells` ({key: cell}, all `batched`) at once; returns {model: its BatchReport}. `done(key,
+    error)` is called once per cell when its model's batches have all ended: `error` is what stopped them (the
+    cell's samples raise it), else None."""
     from balms.experiments.cohorts import cohort
     from balms.models.anthropic_batch import BatchClient, BatchStore, batch_store_path
     from balms.models.registry import build_raw_backend, shared_cache
 
-    groups: dict[str, list[int]] = {}
-    for j, cell in enumerate(cells):
+    groups: dict[str, list] = {}
+    for j, cell in cells.items():
         groups.setdefault(cell.spec.model, []).append(j)
     all_submitted = threading.Barrier(max(1, len(groups)))
     reports: dict = {}
 
-    def fetch(model: str, js: list[int]) -> None:
+    def fetch(model: str, js: list) -> None:
         error = None
         say = (lambda m: progress(f"[batch {model}] {m}")) if progress else None
         try:
