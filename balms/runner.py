@@ -84,7 +84,6 @@ def _stats(backend) -> dict:
     return dict(fn()) if callable(fn) else {}
 
 
-
 class CellRun:
     """One run file's session: what is still to do, its manifest; `write` each finished record, `close` at the end
     (the manifest says how far it got). The caller holds `cell_lock(out_path)`."""

@@ -418,12 +418,14 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
     `polls_to_end` retrieves), GET .../{id}/results (JSONL). Each request's outcome is taken, at submission, from
     `outcomes` in order ("succeeded", "overloaded", "invalid", "expired", "canceled"); then "succeeded"."""
 
-    def __init__(self, *, outcomes=(), polls_to_end: int = 1, **kw):
+    def __init__(self, *, outcomes=(), polls_to_end: int = 1, create_delays=(), **kw):
         super().__init__(**kw)
         self.outcomes: deque[str] = deque(outcomes)
+        self.create_delays: deque[float] = deque(create_delays)  # seconds before each creation, in order
         self.polls_to_end = polls_to_end
         self.batches: dict[str, dict] = {}  # id -> {"requests": [...], "outcomes": [...], "polls": n}
         self.direct = 0  # POST /v1/messages (not batched) requests
+        self.log: list[tuple[str, str]] = []  # ("create" | "poll", batch id), in the order they arrived
 
     def _batch_obj(self, bid: str) -> dict:
         b = self.batches[bid]
@@ -461,6 +463,7 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
                             self._send(200, ("\n".join(lines) + "\n").encode())
                             return
                         server.batches[bid]["polls"] += 1
+                        server.log.append(("poll", bid))
                         body = server._batch_obj(bid)
                     self._send(200, json.dumps(body).encode())
                     return
@@ -472,10 +475,14 @@ class FakeAnthropicBatchServer(FakeAnthropicServer):
                     n = int(self.headers.get("Content-Length") or 0)
                     payload = json.loads(self.rfile.read(n) or b"{}")
                     with server.lock:
+                        delay = server.create_delays.popleft() if server.create_delays else 0.0
+                    time.sleep(delay)
+                    with server.lock:
                         bid = f"msgbatch_{len(server.batches) + 1:04d}"
                         reqs = payload["requests"]
                         outs = [server.outcomes.popleft() if server.outcomes else "succeeded" for _ in reqs]
                         server.batches[bid] = {"requests": reqs, "outcomes": outs, "polls": 0, "lines": None}
+                        server.log.append(("create", bid))
                         body = server._batch_obj(bid)
 
                     def process(b=server.batches[bid]):  # answered in the background, as the real API does:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent_fakes import use_hash_embedder
 from balms.models.anthropic_api import AnthropicBackend
 from balms.models.anthropic_batch import BatchClient, BatchStore
 from balms.models.base import GenParams, Message
@@ -81,7 +82,7 @@ def test_interrupted_after_submission_resumes_without_resubmitting(tmp_path):
 def test_prefetch_single_call_cell_then_normal_run_makes_no_direct_call(
     tmp_path, monkeypatch, isolated_cache, real_data
 ):
-    from balms.experiments.batching import prefetch_cell
+    from balms.experiments.batching import batched, prefetch_cells
     from balms.experiments.config import load
     from balms.experiments.grid import make_cell, records_of
 
@@ -93,15 +94,42 @@ def test_prefetch_single_call_cell_then_normal_run_makes_no_direct_call(
             "paper", raw_root=str(real_data), n_samples=3, datasets=["globem"], anthropic_batch=True, concurrency=1
         )
         cell = make_cell(cfg, "globem", "healthllm", "Claude-Haiku-4.5", cot=True)
-        out = prefetch_cell(cfg, cell, poll_s=0, progress=None)
-        assert out["batched"] and out["submitted"] == 3 and out["succeeded"] == 2 and len(out["failed"]) == 1
+        rep = prefetch_cells(cfg, {0: cell}, poll_s=0, progress=None)["Claude-Haiku-4.5"]
+        assert rep.submitted == 3 and rep.succeeded == 2 and len(rep.failed) == 1
         recs = records_of(cfg, [cell], progress=False)[0]
         assert len(recs) == 3 and all(r.raw_answer.startswith("echo:") for r in recs)
         assert srv.direct == 1  # only the request that failed in its batch was made directly
-        phia = make_cell(cfg, "globem", "phia", "Claude-Haiku-4.5")
-        assert prefetch_cell(cfg, phia, progress=None) == {
-            "batched": False,
-            "why": "phia makes several dependent calls per sample: direct calls",
-        }
-    off = prefetch_cell(cfg.replace(anthropic_batch=False), cell, progress=None)
-    assert off["batched"] is False
+    assert batched(cfg, cell) and not batched(cfg, make_cell(cfg, "globem", "phia", "Claude-Haiku-4.5"))
+    assert not batched(cfg.replace(anthropic_batch=False), cell)
+    assert not batched(cfg.replace(cache_mode="replay"), cell)
+    assert not batched(cfg, make_cell(cfg, "globem", "healthllm", "smollm2-135m"))
+
+
+def test_a_runs_batchable_cells_are_submitted_together_before_any_poll(tmp_path, monkeypatch, isolated_cache,
+                                                                      real_data):
+    """N batchable cells wait for one batch round trip, not N: each Claude model's cells go in one batch, every
+    model's batch is created before the first poll (the two round trips overlap, even when one creation is slow),
+    and every sample waits for its results (a sample that did not would call the API directly)."""
+    from balms.experiments import batching
+    from balms.experiments.config import load
+    from balms.experiments.grid import make_cell, records_of
+    from balms.models.registry import MODELS, ModelSpec
+
+    monkeypatch.setitem(MODELS, "Claude-Other", ModelSpec("Claude-Other", "anthropic", "claude-other"))
+    monkeypatch.setattr(batching, "POLL_S", 0.05)
+    use_hash_embedder(monkeypatch)
+    with FakeAnthropicBatchServer(outcomes=["invalid"], polls_to_end=3, create_delays=[0, 1.0]) as srv:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.url)
+        monkeypatch.setenv("BALMS_RUNS_DIR", str(tmp_path / "runs"))
+        cfg = load("paper", raw_root=str(real_data), n_samples=3, datasets=["globem"], anthropic_batch=True)
+        cells = [make_cell(cfg, "globem", "healthllm", m, cot=cot) for m in ("Claude-Haiku-4.5", "Claude-Other")
+                 for cot in (False, True)]
+        cells.append(make_cell(cfg, "globem", "rag", "Claude-Haiku-4.5", cot=True))
+        recs = records_of(cfg, cells, progress=False)
+        by_model = {b["requests"][0]["params"]["model"]: len(b["requests"]) for b in srv.batches.values()}
+        assert by_model == {"claude-haiku-4-5": 9, "claude-other": 6}  # one batch per model, all its cells in it
+        first_poll = [kind for kind, _ in srv.log].index("poll")
+        assert [kind for kind, _ in srv.log[:first_poll]] == ["create", "create"]
+        assert [len(r) for r in recs] == [3] * 5 and all(r.raw_answer.startswith("echo:") for rs in recs for r in rs)
+        assert srv.direct == 1  # only the request that failed in its batch was made directly

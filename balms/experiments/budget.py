@@ -10,7 +10,7 @@ over the samples that made calls (records on disk included): a sample answered f
 teaches nothing, else a warm cache taught a cost of zero and let every later sample through (issue 36: 19 real
 calls against a cap that allowed about 5). While a kind's cost is unknown one sample of it runs to learn it and
 no sample of a known cost starts (it waits), so the cap holds within one sample's cost per kind. A sample
-refused by the cap writes nothing (runner.NotStarted): its cell stays resumable, and the same command with a
+refused by the cap writes nothing (balms.models.slots.NotStarted): its cell stays resumable, and the same command with a
 higher cap continues from there. GPU hours are counted from tokens as `balms plan` counts them (THROUGHPUT).
 """
 
@@ -20,10 +20,6 @@ import threading
 
 from balms.models.slots import NotStarted
 from balms.records import PredictionRecord
-
-
-class CapReached(NotStarted):
-    """Raised in place of a sample the cap does not allow: the runner writes no record for it (runner.NotStarted)."""
 
 
 def call_usage(rec: PredictionRecord) -> tuple[int, int]:
@@ -37,7 +33,7 @@ def call_usage(rec: PredictionRecord) -> tuple[int, int]:
     return p, c
 
 
-def spend_of(rec: PredictionRecord, throughput: dict | None = None) -> tuple[float, float]:
+def spend_of(rec: PredictionRecord) -> tuple[float, float]:
     """(USD, GPU hours) the record's own model calls cost."""
     from balms.experiments.throughput import gpu_hours
     from balms.models.pricing import estimate_cost
@@ -51,14 +47,13 @@ def spend_of(rec: PredictionRecord, throughput: dict | None = None) -> tuple[flo
     if kind == "anthropic":
         return estimate_cost(rec.model_id, p, c), 0.0
     if kind in ("openai", "vllm-local"):
-        return 0.0, gpu_hours(rec.model, p, c, throughput)
+        return 0.0, gpu_hours(rec.model, p, c)
     return 0.0, 0.0  # embedded CPU models: free
 
 
 class SpendingCap:
-    def __init__(self, max_usd: float | None = None, max_gpu_hours: float | None = None,
-                 throughput: dict | None = None):
-        self.max_usd, self.max_gpu_hours, self.throughput = max_usd, max_gpu_hours, throughput
+    def __init__(self, max_usd: float | None, max_gpu_hours: float | None):
+        self.max_usd, self.max_gpu_hours = max_usd, max_gpu_hours
         self.spent = [0.0, 0.0]  # usd, gpu hours (measured)
         self.reserved = [0.0, 0.0]  # expected cost of the samples in flight
         self.n_refused = 0
@@ -66,33 +61,19 @@ class SpendingCap:
         self._learning: set = set()  # kinds whose cost is unknown with one sample in flight to learn it
         self._cond = threading.Condition()
 
-    @classmethod
-    def from_cfg(cls, cfg) -> SpendingCap | None:
-        if cfg.max_usd is None and cfg.max_gpu_hours is None:
-            return None
-        return cls(cfg.max_usd, cfg.max_gpu_hours)
-
-    def _fits(self, est: tuple[float, float]) -> bool:
-        caps = (self.max_usd, self.max_gpu_hours)
-        return all(cap is None or self.spent[i] + self.reserved[i] + est[i] <= cap + 1e-12
-                   for i, cap in enumerate(caps))
-
     def _count(self, kind, usd: float, gpu: float) -> None:
-        self.spent[0] += usd
-        self.spent[1] += gpu
+        self.spent = [self.spent[0] + usd, self.spent[1] + gpu]
         if usd or gpu:  # only a sample that made calls teaches its kind's cost
-            seen = self._seen.setdefault(kind, [0, 0.0, 0.0])
-            seen[0] += 1
-            seen[1] += usd
-            seen[2] += gpu
+            n, u, g = self._seen.get(kind, (0, 0.0, 0.0))
+            self._seen[kind] = (n + 1, u + usd, g + gpu)
 
     def already(self, records) -> None:
         """Count what records already on disk cost (an earlier session under a lower cap)."""
         for r in records:
-            self._count((r.system, r.model), *spend_of(r, self.throughput))
+            self._count((r.system, r.model), *spend_of(r))
 
     def spend(self, kind, predict):
-        """Run `predict()` (one sample of `kind`) if the cap allows it, else raise CapReached; settle its cost.
+        """Run `predict()` (one sample of `kind`) if the cap allows it, else raise NotStarted; settle its cost.
         While a cost is being learnt (one sample per unknown kind) the other samples wait for it."""
         from balms.models.slots import STOP
 
@@ -105,23 +86,22 @@ class SpendingCap:
                 if (kind in self._learning) if seen is None else bool(self._learning):  # a cost being learnt
                     self._cond.wait(timeout=0.2)
                     continue
-                if not self._fits(est):
+                if any(cap is not None and self.spent[k] + self.reserved[k] + est[k] > cap + 1e-12
+                       for k, cap in enumerate((self.max_usd, self.max_gpu_hours))):
                     self.n_refused += 1
-                    raise CapReached(self.describe())
+                    raise NotStarted(f"spending cap reached: {self.describe()}")
                 if seen is None:
                     self._learning.add(kind)
-                self.reserved[0] += est[0]
-                self.reserved[1] += est[1]
+                self.reserved = [self.reserved[0] + est[0], self.reserved[1] + est[1]]
                 break
         rec = None
         try:
             rec = predict()
             return rec
         finally:
-            usd, gpu = spend_of(rec, self.throughput) if isinstance(rec, PredictionRecord) else (0.0, 0.0)
+            usd, gpu = spend_of(rec) if isinstance(rec, PredictionRecord) else (0.0, 0.0)
             with self._cond:
-                self.reserved[0] -= est[0]
-                self.reserved[1] -= est[1]
+                self.reserved = [self.reserved[0] - est[0], self.reserved[1] - est[1]]
                 self._count(kind, usd, gpu)
                 self._learning.discard(kind)
                 self._cond.notify_all()

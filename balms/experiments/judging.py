@@ -37,18 +37,9 @@ def _judge_backend(cfg: ExperimentConfig, judge_model: str):
 def judge_concurrency(cfg: ExperimentConfig, judge_model: str) -> int:
     """Verdicts at once: the slots of the judge's servers (balms.experiments.scheduler; each server then kept at
     its limit), else `cfg.concurrency` (an embedded or replayed judge)."""
-    from types import SimpleNamespace
-
     from balms.experiments.scheduler import configure_slots, model_slots
-    from balms.models.registry import UnknownModelError, resolve_spec
 
-    limits = configure_slots(cfg, [judge_model])
-    try:
-        spec = SimpleNamespace(model=judge_model, model_id=resolve_spec(judge_model, cfg.servers).model_id)
-    except UnknownModelError:  # a stand-in (tests)
-        return cfg.concurrency
-    cell = SimpleNamespace(spec=spec)
-    return model_slots(cfg, cell, limits) or cfg.concurrency
+    return model_slots(cfg, judge_model, configure_slots(cfg, [judge_model])) or cfg.concurrency
 
 
 def _judge_options(cfg: ExperimentConfig) -> dict:

@@ -9,9 +9,10 @@ none); embedded models (LOCAL_BACKENDS) share one pool of `cfg.concurrency`, cel
 their server. Stops: Ctrl-C, or a cell whose every sample failed (balms.experiments.errors.check_cell, unless
 `cfg.allow_errors`): no sample or call starts after it, finished records are kept (balms.models.slots.drive).
 The spending cap (`cfg.max_usd`, `cfg.max_gpu_hours`, balms.experiments.budget) starts only the samples it
-allows. Claude's single-call cells with `cfg.anthropic_batch`: their Message Batches are fetched on a thread of
-their own, each cell's samples waiting for its batch. Retrieval samples wait for their embeddings, computed ahead
-on a thread of their own (`embedding_stage`) while the other samples' calls go on.
+allows. Claude's single-call cells with `cfg.anthropic_batch`: their Message Batches, all cells' requests
+submitted together, are fetched on a thread of their own, each cell's samples waiting for its model's batches.
+Retrieval samples wait for their embeddings, computed ahead on a thread of their own (`embedding_stage`) while the
+other samples' calls go on.
 """
 
 from __future__ import annotations
@@ -41,34 +42,6 @@ class ScheduleReport:
     stopped: str | None = None  # how far the run got when the spending cap stopped it, else None
 
 
-def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
-    """Set the slot limit of every server the models route to (and of the Anthropic API); returns them. The
-    servers are asked what they serve once, here, before any cell starts (every backend then routes from it)."""
-    from balms.models.discovery import discover, server_urls
-    from balms.models.openai_http import normalise_base_url
-    from balms.models.registry import resolve_spec
-    from balms.models.slots import ANTHROPIC, SLOTS
-
-    limits: dict[str, int] = {}
-    kinds = set()
-    for m in models:
-        try:
-            kinds.add(resolve_spec(m, cfg.servers).backend)
-        except Exception:  # an unknown name is reported by check_models / make_cell, not here
-            continue
-    if "openai" in kinds:
-        overrides = {normalise_base_url(u): int(n) for u, n in cfg.server_slot_limits.items()}
-        urls = [normalise_base_url(u) for u in server_urls(cfg.servers)]
-        discover(urls)
-        for url in urls:
-            limits[url] = overrides.get(url, cfg.server_slots)
-    if "anthropic" in kinds:
-        limits[ANTHROPIC] = cfg.anthropic_slots
-    for k, n in limits.items():
-        SLOTS.set_limit(k, n)
-    return limits
-
-
 # Samples at once per slot of a model's servers: enough that a server never waits for a sample's own CPU work
 # (its window, RAPTOR's leaves, PHIA's code) before the next request; few enough that the client does not spread
 # its CPU over hundreds of half-built samples while the servers idle (issue 27).
@@ -76,34 +49,50 @@ SAMPLES_PER_SLOT = 2
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
 
-def _kind(cfg: ExperimentConfig, cell) -> str | None:
+def _kind(cfg: ExperimentConfig, model: str) -> str | None:
+    """The kind of backend serving `model` (None: a name no one knows, reported by check_models / make_cell)."""
     from balms.models.registry import UnknownModelError, resolve_spec
 
     try:
-        return resolve_spec(cell.spec.model, cfg.servers).backend
+        return resolve_spec(model, cfg.servers).backend
     except UnknownModelError:
         return None
 
 
-def model_slots(cfg: ExperimentConfig, cell, limits: dict[str, int]) -> int | None:
-    """The slots of the servers `cell`'s model routes to (None: not metered, e.g. a stand-in or embedded)."""
+def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
+    """Set the slot limit of every server the models route to (and of the Anthropic API); returns them. The
+    servers are asked what they serve once, here, before any cell starts (every backend then routes from it)."""
+    from balms.models.discovery import discover, server_urls
+    from balms.models.openai_http import normalise_base_url
+    from balms.models.slots import ANTHROPIC, SLOTS
+
+    kinds = {_kind(cfg, m) for m in models}
+    limits: dict[str, int] = {}
+    if "openai" in kinds:
+        overrides = {normalise_base_url(u): int(n) for u, n in cfg.server_slot_limits.items()}
+        urls = [normalise_base_url(u) for u in server_urls(cfg.servers)]
+        discover(urls)
+        limits = {u: overrides.get(u, cfg.server_slots) for u in urls}
+    if "anthropic" in kinds:
+        limits[ANTHROPIC] = cfg.anthropic_slots
+    for k, n in limits.items():
+        SLOTS.set_limit(k, n)
+    return limits
+
+
+def model_slots(cfg: ExperimentConfig, model: str, limits: dict[str, int]) -> int | None:
+    """The slots of the servers `model` routes to (None: not metered, e.g. a stand-in or embedded)."""
     from balms.models.discovery import servers_for
+    from balms.models.registry import resolve_spec
     from balms.models.slots import ANTHROPIC
 
-    kind = _kind(cfg, cell)
+    kind = _kind(cfg, model)
     if kind == "anthropic":
         return limits.get(ANTHROPIC)
     if kind != "openai":
         return None
     urls = [u for u in limits if u != ANTHROPIC]
-    return sum(limits[u] for u in servers_for(cell.spec.model_id, urls)) or None
-
-
-def _batched(cfg: ExperimentConfig, cell) -> bool:
-    from balms.agents.registry import get_system
-
-    return (cfg.anthropic_batch and cfg.cache_mode == "rw" and _kind(cfg, cell) == "anthropic"
-            and get_system(cell.spec.system).batchable)
+    return sum(limits[u] for u in servers_for(resolve_spec(model, cfg.servers).model_id, urls)) or None
 
 
 def embedding_stage(todo: Sequence, cells: Sequence, runs: dict) -> dict:
@@ -167,7 +156,7 @@ def schedule_cells(cfg: ExperimentConfig, cells: Sequence, *, progress: bool = T
     paths = [c.spec.run_path(cfg.runs_root()) for c in cells]
     first_of: dict = {}  # the same cell asked twice (two notebooks): run once
     todo = [i for i, p in enumerate(paths) if first_of.setdefault(p, i) == i]
-    cap = SpendingCap.from_cfg(cfg)
+    cap = None if cfg.max_usd is None and cfg.max_gpu_hours is None else SpendingCap(cfg.max_usd, cfg.max_gpu_hours)
     where = os.environ.get("BALMS_NOTEBOOK")
     tag = f"[{where}] scheduler" if where else "scheduler"
     results: list = [None] * len(cells)
@@ -190,7 +179,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
     """Run the cells `todo` whose locks this process takes (all of them with `wait`); returns those left because
     another process held their lock."""
     from balms.agents.registry import get_system
-    from balms.experiments.batching import prefetch_cell
+    from balms.experiments import batching
     from balms.experiments.cohorts import cohort
     from balms.experiments.errors import check_cell
     from balms.models.registry import get_backend
@@ -221,14 +210,15 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
             cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
         # one pool per model: SAMPLES_PER_SLOT per slot of its servers (unmetered: its cells' concurrency);
         # embedded models share one of cfg.concurrency
-        pool_of = {i: "local" if _kind(cfg, cells[i]) in LOCAL_BACKENDS else cells[i].spec.model for i in todo}
+        pool_of = {i: "local" if _kind(cfg, cells[i].spec.model) in LOCAL_BACKENDS else cells[i].spec.model
+                   for i in todo}
         size: dict = {}
         for i in todo:
             size[pool_of[i]] = size.get(pool_of[i], 0) + min(cfg.concurrency, left[i])
-        for key in size:
-            n = None if key == "local" else model_slots(cfg, cells[next(i for i in todo if pool_of[i] == key)], limits)
-            bound = cfg.concurrency if key == "local" else SAMPLES_PER_SLOT * n if n else size[key]
-            size[key] = max(1, min(cfg.scheduler_threads, size[key], bound))
+        for key, n in size.items():
+            slots = None if key == "local" else model_slots(cfg, key, limits)
+            bound = cfg.concurrency if key == "local" else SAMPLES_PER_SLOT * slots if slots else n
+            size[key] = max(1, min(cfg.scheduler_threads, n, bound))
         pools = {k: stack.enter_context(contextlib.closing(Pool(n, f"balms-{k}"))) for k, n in size.items()}
         if progress:
             print(f"{tag}: {len(todo)} cells in flight on {len(limits)} server(s) "
@@ -236,26 +226,21 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
                   f"threads per model: {size}", file=sys.stderr, flush=True)
         bar = stack.enter_context(progress_bar(sum(len(cells[i].samples) for i in todo),
                                                sum(runs[i].n_before for i in todo), f"{tag}: samples", progress))
-        batched = {i: threading.Event() for i in todo if _batched(cfg, cells[i])}
-        fetch_error: list[BaseException] = []
+        # Claude's Message Batches: every batched cell's requests submitted together, each cell's samples waiting
+        # for its model's batches (balms.experiments.batching); what stopped them is raised by the cell's samples
+        batched = {i: threading.Event() for i in todo if batching.batched(cfg, cells[i])}
+        fetch_error: dict[int, BaseException | None] = {}
 
-        def fetch() -> None:  # Claude's Message Batches, one cell after another (balms.experiments.batching)
-            for i, fetched in batched.items():
-                try:
-                    prefetch_cell(cfg, cells[i])
-                except Exception as exc:  # noqa: BLE001 - raised by the cell's samples
-                    fetch_error.append(exc)
-                fetched.set()
+        def fetched(i: int, error: BaseException | None) -> None:
+            fetch_error[i] = error
+            batched[i].set()
 
         def sample(i: int, s):
-            if i in batched:
-                if not _wait(batched[i]):
-                    return i, None
-                if fetch_error:
-                    raise fetch_error[0]
             ev, took = ready.get((i, s.sample_id), (None, [0.0]))
-            if ev is not None and not _wait(ev):
+            if not all(_wait(e) for e in (batched.get(i), ev) if e is not None):  # the run stopped first
                 return i, None
+            if fetch_error.get(i):
+                raise fetch_error[i]
             kind = (cells[i].spec.system, cells[i].spec.model)
             try:
                 rec = runs[i].predict(s) if cap is None else cap.spend(kind, lambda: runs[i].predict(s))
@@ -290,7 +275,8 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
         status = "incomplete"
         try:
             if batched:
-                threading.Thread(target=fetch, daemon=True, name="balms-batches").start()
+                threading.Thread(target=batching.prefetch_cells, args=(cfg, {i: cells[i] for i in batched}),
+                                 kwargs={"done": fetched}, daemon=True, name="balms-batches").start()
             drive(((pools[pool_of[i]], rank, sample, i, s) for rank, i, s in jobs), write)
             for i in todo:  # a cell with nothing left to do is checked as it is
                 if not runs[i].todo:

@@ -108,6 +108,14 @@ class BatchReport:
             for k in ("requested", "from_cache", "resumed", "submitted", "succeeded", "batches", "failed")
         }
 
+    def then(self, col: "BatchReport") -> "BatchReport":
+        """This submission's report followed by `col`, the collection of the same requests."""
+        self.succeeded = col.succeeded
+        self.submitted += col.submitted
+        self.batches = list(dict.fromkeys(self.batches + col.batches))
+        self.failed = {**self.failed, **col.failed}
+        return self
+
 
 class BatchClient:
     """Message Batches for one Claude model, writing results into a ResponseCache.
@@ -219,13 +227,7 @@ class BatchClient:
 
     def run(self, requests: Sequence[tuple[Sequence[Message], GenParams]], *, label: str = "") -> BatchReport:
         """submit + collect: afterwards every request is in the cache or listed in `failed`."""
-        sub = self.submit(requests, label=label)
-        col = self.collect(requests, label=label)
-        sub.succeeded = col.succeeded
-        sub.submitted += col.submitted
-        sub.batches = list(dict.fromkeys(sub.batches + col.batches))
-        sub.failed = {**sub.failed, **col.failed}
-        return sub
+        return self.submit(requests, label=label).then(self.collect(requests, label=label))
 
     def _store_result(self, item, keys: dict, rep: BatchReport) -> None:
         from balms.models.anthropic_api import completion_from_message

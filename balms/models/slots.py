@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 STOP = threading.Event()
@@ -38,14 +37,11 @@ class ServerSlots:
         self._paused_until: dict[str, float] = {}
         self.peak: dict[str, int] = {}  # most requests in flight seen per server (tests and benchmarks)
 
-    def set_limit(self, key: str, limit: int | None) -> None:
+    def set_limit(self, key: str, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"server {key}: slot limit must be >= 1, got {limit}")
         with self._cond:
-            if limit is None:
-                self._limit.pop(key, None)
-            else:
-                if limit < 1:
-                    raise ValueError(f"server {key}: slot limit must be >= 1, got {limit}")
-                self._limit[key] = int(limit)
+            self._limit[key] = int(limit)
             self._cond.notify_all()
 
     def pause(self, key: str, seconds: float) -> None:
@@ -103,57 +99,39 @@ def drive(jobs, write) -> None:
     lowest rank first), and `write(result)` runs here, on the calling thread, as each finishes (one writer: records
     are appended in completion order). A sample starts only while the run goes on (slots.STOP clear).
 
-    Stopping: on any exception here (Ctrl-C's KeyboardInterrupt, or one `write` raises) STOP is set, so no sample
-    starts and no model call leaves (slots.take raises NotStarted); the results that arrive within GRACE_S are
-    still written, then the exception goes on. The pools' threads are daemons: a call still in flight never holds
-    the process."""
+    Stopping: on any exception here (Ctrl-C's KeyboardInterrupt, one `fn` or one `write` raises) STOP is set, so no
+    sample starts and no model call leaves (slots.take raises NotStarted); the results that arrive within GRACE_S
+    are still written, then the exception goes on. The pools' threads are daemons: a call still in flight never
+    holds the process."""
     import queue
 
     STOP.clear()
-    done: queue.SimpleQueue = queue.SimpleQueue()
-
-    def run(fn, args):
-        if STOP.is_set():
-            done.put(None)
-            return
-        try:
-            done.put(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - handed to the writer's thread
-            done.put(_Failed(exc))
-
+    done: queue.SimpleQueue = queue.SimpleQueue()  # the jobs' futures, as each ends
     n = 0
     for pool, rank, fn, *args in jobs:
-        pool.submit(rank, run, fn, args)
+        pool.submit(rank, lambda f, a: None if STOP.is_set() else f(*a), fn, args).add_done_callback(done.put)
         n += 1
     try:
         while n:
             try:
-                res = done.get(timeout=0.25)
+                fut = done.get(timeout=0.25)
             except queue.Empty:
                 continue
             n -= 1
-            if isinstance(res, _Failed):
-                raise res.exc
-            if res is not None:
-                write(res)
+            if fut.result() is not None:  # a job's exception is raised here
+                write(fut.result())
     except BaseException:
         STOP.set()
         end = time.monotonic() + GRACE_S
         while n and time.monotonic() < end:
             try:
-                res = done.get(timeout=max(0.01, end - time.monotonic()))
+                fut = done.get(timeout=max(0.01, end - time.monotonic()))
             except queue.Empty:
                 break
             n -= 1
-            if res is not None and not isinstance(res, _Failed):
+            if fut.exception() is None and fut.result() is not None:
                 with contextlib.suppress(Exception):
-                    write(res)
+                    write(fut.result())
         raise
     finally:  # later calls (a judge, a notebook's next cell) go on; a sample cut off here has no one to write it
         STOP.clear()
-
-
-@dataclass
-class _Failed:
-    exc: BaseException
-
