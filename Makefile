@@ -227,6 +227,7 @@ bench-data: ## Time and peak memory to build all PMData and GLOBEM samples
 
 bench-runner: ## Runner throughput vs ideal and vs direct llama.cpp
 	$(PY) bench/bench_runner.py
+	$(MAKE) --no-print-directory docs  # the page that shows it
 
 bench-agents: ## Prompt tokens per agent vs look-back, sandbox round trip
 	$(PY) bench/bench_agents.py

@@ -179,7 +179,20 @@ def measurements_page() -> str:
     flights = [f"{r['in_flight']} in flight" for r in s["batching_decode"]]
     prefix = [[name, f"{100 * p['tokens_reused_share']:.0f}%", f"x{p['speedup']:.2f}"]
               for name, p in s["prefix_reuse"].items()]
-    return (HEADER.format(src="bench/roles.json (`make bench-roles`) and bench/serving.json (`make bench-llama`)")
+    r = _json(ROOT / "bench" / "runner.json")
+    runner = [[f"loopback server ({r['latency_s']} s per request), {c} in flight", f"{r[f'throughput_rps_c{c}']:.2f}",
+               f"{r[f'ideal_ratio_c{c}']:.3f}"] for c in (1, 8, 64)]
+    runner.append([f"llama.cpp ({r['llamacpp_n_prompts']} prompts), harness against direct POSTs", "-",
+                   f"{r['llamacpp_ratio']:.3f}"])
+    load = r.get("machine", {})
+    return (HEADER.format(src="bench/roles.json (`make bench-roles`), bench/serving.json (`make bench-llama`) and "
+                              "bench/runner.json (`make bench-runner`)")
+            + "### Is the harness ever the bottleneck? (`bench/bench_runner.py`)\n\n"
+            + _table(["path", "requests/s", "ratio (loopback: to the ideal; llama.cpp: to direct)"], runner)
+            + f"\nHarness overhead per request at one in flight: {r['overhead_ms_per_request']} ms (a bare HTTP round "
+              f"trip: {r['bare_http_overhead_ms_per_request']} ms)"
+            + (f"; load average {load['loadavg_start'][0]:.1f} before, {load['loadavg_end'][0]:.1f} after"
+               if load.get("loadavg_start") else "") + ".\n\n"
             + "### Each agent role on the embedded model\n\n"
             + _table(["model", "role", "variant", "n", "parse rate", "code-block rate", "s per call",
                       "calls per prompt", "load 1m"], rows)
