@@ -17,12 +17,19 @@ BUNDLE = paths.PROJECT_ROOT / "results" / "cpu-study" / "cpu-study.bundle.tar.gz
 
 
 def _runs(system: str):
+    """The system's L14 run files of the bundle, the sensor test's variants (notebook 08: their prompts are the
+    placebo's, mood-only, ...) aside."""
+    from balms.experiments.cells import SENSOR_VARIANTS
+
     with tarfile.open(BUNDLE) as tar:
         for m in tar.getmembers():
             name = m.name.rsplit("/", 1)[-1]
             if m.name.endswith(".jsonl") and name.startswith(f"{system}__") and "__L14__" in name:
                 lines = tar.extractfile(m).read().decode().splitlines()
-                yield m.name, [json.loads(x) for x in lines if x.strip()]
+                recs = [json.loads(x) for x in lines if x.strip()]
+                opts = recs[0].get("options") or {}
+                if not any(all(opts.get(k) == v for k, v in o.items()) for o in SENSOR_VARIANTS.values()):
+                    yield m.name, recs
 
 
 @pytest.mark.skipif(not BUNDLE.exists(), reason="no committed CPU-study bundle")

@@ -13,9 +13,11 @@ import pytest
 
 from agent_fakes import HashEmbedder
 from balms import experiments as ex
+from balms import paths
 from balms.experiments import runfiles, study
 from balms.models.base import Completion
 
+STUDY_BUNDLE = paths.PROJECT_ROOT / "results" / "cpu-study" / "cpu-study.bundle.tar.gz"
 VARIANTS = {"healthllm": 5, "rag": 5, "personal_baseline": 3}  # no mood line to drop and no "Answer: 1" in ours
 
 
@@ -134,22 +136,46 @@ def test_uses_the_sensors_only_where_the_interval_excludes_zero():
     assert set(rows[rows.claim.isin(["mood_only", "no_mood", "format_example"])].verdict) == {study.NOT_RUN}
 
 
-def test_cpu_study_declares_the_sensor_test_off_and_priced_when_on(real_data):
+def test_cpu_study_declares_the_sensor_test_on_pmdata_and_off_when_asked(real_data):
     from balms.experiments import config
     from balms.experiments.cells import cells_for
 
-    cfg = config.load("cpu-study", raw_root=str(real_data))
-    assert cfg.sensor_test_datasets == [] and not [c for c in cells_for("08_cpu_study", cfg)
-                                                   if c.part == "sensor_test"]
-    on = config.load("cpu-study", raw_root=str(real_data), sensor_test_datasets=["pmdata"])
+    off = config.load("cpu-study", raw_root=str(real_data), sensor_test_datasets=[])
+    assert not [c for c in cells_for("08_cpu_study", off) if c.part == "sensor_test"]
+    on = config.load("cpu-study", raw_root=str(real_data))
+    assert on.sensor_test_datasets == ["pmdata"]  # the committed study runs it (issue 39)
     sensor = [c for c in cells_for("08_cpu_study", on) if c.part == "sensor_test"]
     assert {c.system for c in sensor} == {"healthllm", "rag", "personal_baseline"}
-    assert {c.model for c in sensor} == {*on.backbones, *on.size_backbones}
-    assert {c.n_samples for c in sensor if c.model in on.size_backbones} == {on.size_n_samples["pmdata"]}
-    assert len(sensor) == 2 * sum(VARIANTS.values())
+    assert {c.model for c in sensor} == set(on.sensor_test_models)
+    every = config.load("cpu-study", raw_root=str(real_data), sensor_test_models=[])
+    both = [c for c in cells_for("08_cpu_study", every) if c.part == "sensor_test"]
+    assert {c.model for c in both} == {*on.backbones, *on.size_backbones}
+    assert {c.n_samples for c in both if c.model in on.size_backbones} == {on.size_n_samples["pmdata"]}
+    assert len(both) == 2 * sum(VARIANTS.values()) == 2 * len(sensor)
+    with pytest.raises(config.ConfigError, match="sensor_test_models"):
+        config.load("cpu-study", sensor_test_models=["qwen2.5-7b"])
     paper = config.load("paper", raw_root=str(real_data))
     assert {c.system for c in cells_for("08_cpu_study", paper)} == {"healthllm", "rag"}  # RAPTOR, PHIA: not supported
     narrowed = config.load("cpu-study", datasets=["globem"], sensor_test_datasets=["pmdata"])
     assert not [c for c in cells_for("08_cpu_study", narrowed) if c.part == "sensor_test"]  # no real cell to pair
     with pytest.raises(config.ConfigError, match="sensor_test_datasets"):
         config.load("cpu-study", sensor_test_datasets=["mars"])
+
+
+@pytest.mark.skipif(not STUDY_BUNDLE.exists(), reason="no committed CPU-study bundle")
+def test_the_committed_bundle_holds_every_sensor_test_cell(real_data, monkeypatch):
+    """Every declared sensor-test cell of the CPU study (its key: samples, placebo source, prompt code) has its run
+    file in the committed bundle, so `make test-replay` reproduces the claims' placebo rows with zero calls."""
+    import tarfile
+
+    from balms.cellspec import key_of_run_file
+    from balms.experiments import config, grid
+    from balms.experiments.cells import cells_for
+
+    monkeypatch.setenv("BALMS_RAW_DIR", str(real_data))
+    cfg = config.load("cpu-study")
+    declared = {grid.build_cell(cfg, d, key_only=True).spec.key()
+                for d in cells_for("08_cpu_study", cfg) if d.part == "sensor_test"}
+    with tarfile.open(STUDY_BUNDLE) as tar:
+        bundled = {key_of_run_file(m.name) for m in tar.getmembers() if m.name.endswith(".jsonl")}
+    assert declared and not declared - bundled, f"{len(declared - bundled)} of {len(declared)} not in the bundle"

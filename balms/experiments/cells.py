@@ -154,11 +154,13 @@ def _applies(variant: str, system: str, cfg: ExperimentConfig) -> bool:
 
 
 def _sensor_test(cfg: ExperimentConfig, notebook: str) -> list[CellDecl]:
-    """Each variant of each sensor-test system on the study's backbones, on the days of its real zero-shot cell
-    (`size_backbones` on their `size_n_samples`)."""
+    """Each variant of each sensor-test system on the study's backbones (those of `sensor_test_models`, if given), on
+    the days of its real zero-shot cell (`size_backbones` on their `size_n_samples`)."""
     out = []
     for d in [d for d in cfg.sensor_test_datasets if d in cfg.datasets]:  # no real cell to compare with elsewhere
         for m in dict.fromkeys([*cfg.backbones, *cfg.size_backbones]):
+            if cfg.sensor_test_models and m not in cfg.sensor_test_models:
+                continue
             n = cfg.size_n_samples.get(d) if m in cfg.size_backbones and m not in cfg.backbones else None
             for variant, opts in SENSOR_VARIANTS.items():
                 systems = [s for s in cfg.sensor_test_systems if _applies(variant, s, cfg)]

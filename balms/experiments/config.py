@@ -132,6 +132,8 @@ class ExperimentConfig(BaseModel):
     # example (balms.experiments.cells, balms.experiments.study.sensor_rows); only those among `datasets` (elsewhere
     # there is no real zero-shot cell to compare with, so a narrowed `datasets` narrows the test too)
     sensor_test_datasets: list[str] = []
+    # the backbones among those it runs on (empty: all of them); the others' rows say "not run"
+    sensor_test_models: list[str] = []
     # ablations (04) and PHIA executors (05)
     ablation_systems: list[str] = list(SYSTEMS)
     executors: list[str] = ["faithful", "improved"]
@@ -224,6 +226,14 @@ class ExperimentConfig(BaseModel):
         if "personal_baseline" in named and self.evaluation_rule != "heldout30":
             raise ValueError(f"personal_baseline needs evaluation_rule 'heldout30' (its baselines are the user's "
                              f"training days, which rule {self.evaluation_rule!r} also scores)")
+        return self
+
+    @model_validator(mode="after")
+    def _sensor_models_are_the_studys(self) -> ExperimentConfig:
+        study = [*self.backbones, *self.size_backbones]
+        bad = [m for m in self.sensor_test_models if m not in study]
+        if bad:
+            raise ValueError(f"sensor_test_models: {bad} not among the study's backbones and size_backbones {study}")
         return self
 
     @field_validator("system_backbones")
