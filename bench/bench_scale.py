@@ -310,8 +310,10 @@ def main(argv=None) -> int:
     from agent_fakes import HashEmbedder
     from balms.agents import embeddings
 
-    if a.embedder == "hash":
-        embeddings.load_embedder = lambda name=embeddings.DEFAULT_EMBEDDER: HashEmbedder()
+    if a.embedder == "hash":  # the plan's own hash stand-in (HASH_EMBEDDER, its cache's vectors) stays as it is
+        real = embeddings.load_embedder
+        embeddings.load_embedder = lambda name=embeddings.DEFAULT_EMBEDDER: (
+            real(name) if name == embeddings.HASH_EMBEDDER else HashEmbedder())
     if a.no_embedding_stage:
         from balms.experiments import scheduler
 
@@ -325,6 +327,7 @@ def main(argv=None) -> int:
     if max(comp) > 5:
         raise SystemExit("--compression above 5 makes the simulated GPUs faster than the issue allows (<= 5)")
     work = Path(tempfile.mkdtemp(prefix="balms-bench-scale-"))
+    os.environ["BALMS_CACHE_DIR"] = str(work / "plan-cache")  # the plan's caches too: nothing from an earlier run
     t_all = time.perf_counter()
     try:
         runs = []

@@ -121,14 +121,19 @@ def _bench_scale():
 
 
 def scale_page() -> str:
-    d = _json(ROOT / "bench" / "scale.json")
+    return "".join(_scale_section(name, i) for i, name in enumerate(("scale.json", "scale_long.json")))
+
+
+def _scale_section(name: str, i: int) -> str:
+    d = _json(ROOT / "bench" / name)
     said = _bench_scale().summary(d)
     rows = [[str(r["gpus"]), ", ".join(f"{m} {n}" for m, n in r["servers"].items()), str(r["samples_per_cell"]),
              _fmt(r["compression"], 1), _fmt(r["fleet_utilisation"], 3), _fmt(r["busiest_ratio"], 3),
              f"{100 * r['plan']['error']:+.0f}%", _fmt(r["ideal_over_chain"], 1), _fmt(r["client_cpu_ms_per_call"], 1),
              "/".join(f"{x:.1f}" for x in r["load_average"]["before"][:1] + r["load_average"]["after"][:1])]
             for r in d["runs"]]
-    return (HEADER.format(src="bench/scale.json (`make bench-scale`)")
+    return ((HEADER.format(src="bench/scale.json (`make bench-scale`) and bench/scale_long.json (`make "
+                           "bench-scale-long`)") if i == 0 else "\n")
             + f"Notebook 01's paper grid on simulated vLLM servers split by `balms plan --gpus` (`{d['command']}`; "
               f"server model: {d['server_model']['source']}; embedder: {d['embedder']}):\n\n"
             + _table(["GPUs", "servers per model (the plan's allocation)", "samples per cell", "compression",
