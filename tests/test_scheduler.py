@@ -124,8 +124,8 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
     cfg = _cfg(servers, concurrency=1, server_slots=2)
     local = MODELS["Mistral-7B-Instruct-v0.3"]
     qwen = MODELS["Qwen2.5-7B-Instruct"]
-    real_kind = scheduler._kind
-    monkeypatch.setattr(scheduler, "_kind", lambda cfg, model: "llamacpp" if MODELS.get(model) == local
+    real_kind = scheduler.backend_kind
+    monkeypatch.setattr(scheduler, "backend_kind", lambda cfg, model: "llamacpp" if MODELS.get(model) == local
                         else real_kind(cfg, model))
     inside = {m: 0 for m in MODELS.values()}  # samples of each model inside predict now, and the most at once
     most = dict(inside)

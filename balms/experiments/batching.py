@@ -31,14 +31,10 @@ def batched(cfg, cell) -> bool:
     """Whether `cell`'s calls go through Message Batches: `anthropic_batch` on, the cache writable, a Claude model,
     and a system that makes one call per sample whose prompt is known up front (its registry entry's `batchable`)."""
     from balms.agents.registry import get_system
-    from balms.models.registry import UnknownModelError, resolve_spec
+    from balms.experiments.scheduler import backend_kind
 
-    if not (cfg.anthropic_batch and cfg.cache_mode == "rw" and get_system(cell.spec.system).batchable):
-        return False
-    try:
-        return resolve_spec(cell.spec.model, cfg.servers).backend == "anthropic"
-    except UnknownModelError:
-        return False
+    return (cfg.anthropic_batch and cfg.cache_mode == "rw" and get_system(cell.spec.system).batchable
+            and backend_kind(cfg, cell.spec.model) == "anthropic")
 
 
 def prefetch_cells(cfg, cells: dict, *, poll_s: float | None = None, progress=print,

@@ -184,7 +184,7 @@ def run(cfg: ExperimentConfig, what, part: str | None = None, *, models=None, ke
     if models is not None:
         decls = _on_models(decls, models)
     # before the first call: every model known and served somewhere (one message naming each that is not)
-    check_models(list(dict.fromkeys(c.spec.model if isinstance(c, Cell) else c.model for c in decls)), cfg.servers,
+    check_models(list(dict.fromkeys(_model_of(c) for c in decls)), cfg.servers,
                  cache_mode=cfg.cache_mode)
     where = os.environ.get("BALMS_NOTEBOOK")
     calls0 = process_calls()
@@ -232,19 +232,21 @@ def _declarations(cfg: ExperimentConfig, what, part: str | None) -> list:
     return [c for c in declared if part is None or c.part == part]
 
 
+def _model_of(c) -> str:
+    """The model of a declaration or a built cell."""
+    return c.spec.model if isinstance(c, Cell) else c.model
+
+
 def _on_models(decls: list, models) -> list:
     """The cells among `decls` on `models` (registry spellings accepted); a model none of them runs is an error."""
     from balms.models.registry import canonical_name
 
-    def model(c):
-        return c.spec.model if isinstance(c, Cell) else c.model
-
     want = [canonical_name(m) for m in models]
-    have = list(dict.fromkeys(model(c) for c in decls))
+    have = list(dict.fromkeys(_model_of(c) for c in decls))
     idle = [m for m in want if m not in have]
     if idle:
         raise ValueError(f"no cell runs on {', '.join(idle)}; the cells' models: {', '.join(have)}")
-    return [c for c in decls if model(c) in want]
+    return [c for c in decls if _model_of(c) in want]
 
 
 def declared_builds(cfg: ExperimentConfig) -> Iterator[tuple]:

@@ -49,7 +49,7 @@ SAMPLES_PER_SLOT = 2
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
 
-def _kind(cfg: ExperimentConfig, model: str) -> str | None:
+def backend_kind(cfg: ExperimentConfig, model: str) -> str | None:
     """The kind of backend serving `model` (None: a name no one knows, reported by check_models / make_cell)."""
     from balms.models.registry import UnknownModelError, resolve_spec
 
@@ -66,7 +66,7 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
     from balms.models.openai_http import normalise_base_url
     from balms.models.slots import ANTHROPIC, SLOTS
 
-    kinds = {_kind(cfg, m) for m in models}
+    kinds = {backend_kind(cfg, m) for m in models}
     limits: dict[str, int] = {}
     if "openai" in kinds:
         overrides = {normalise_base_url(u): int(n) for u, n in cfg.server_slot_limits.items()}
@@ -86,7 +86,7 @@ def model_slots(cfg: ExperimentConfig, model: str, limits: dict[str, int]) -> in
     from balms.models.registry import resolve_spec
     from balms.models.slots import ANTHROPIC
 
-    kind = _kind(cfg, model)
+    kind = backend_kind(cfg, model)
     if kind == "anthropic":
         return limits.get(ANTHROPIC)
     if kind != "openai":
@@ -210,7 +210,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
             cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
         # one pool per model: SAMPLES_PER_SLOT per slot of its servers (unmetered: its cells' concurrency);
         # embedded models share one of cfg.concurrency
-        pool_of = {i: "local" if _kind(cfg, cells[i].spec.model) in LOCAL_BACKENDS else cells[i].spec.model
+        pool_of = {i: "local" if backend_kind(cfg, cells[i].spec.model) in LOCAL_BACKENDS else cells[i].spec.model
                    for i in todo}
         size: dict = {}
         for i in todo:
