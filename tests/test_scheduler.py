@@ -15,7 +15,6 @@ import pytest
 
 from agent_fakes import use_hash_embedder
 from balms import runner
-from balms.experiments import scheduler
 from balms.experiments.cells import adhoc_cells
 from balms.experiments.config import ExperimentConfig
 from balms.experiments.grid import make_cell, records_of, run
@@ -124,8 +123,8 @@ def test_same_records_cell_by_cell_and_all_in_flight_at_two_concurrencies(server
     cfg = _cfg(servers, concurrency=1, server_slots=2)
     local = MODELS["Mistral-7B-Instruct-v0.3"]
     qwen = MODELS["Qwen2.5-7B-Instruct"]
-    real_kind = scheduler.backend_kind
-    monkeypatch.setattr(scheduler, "backend_kind", lambda cfg, model: "llamacpp" if MODELS.get(model) == local
+    real_kind = ExperimentConfig.backend_kind
+    monkeypatch.setattr(ExperimentConfig, "backend_kind", lambda cfg, model: "llamacpp" if MODELS.get(model) == local
                         else real_kind(cfg, model))
     inside = {m: 0 for m in MODELS.values()}  # samples of each model inside predict now, and the most at once
     most = dict(inside)

@@ -31,10 +31,9 @@ def batched(cfg, cell) -> bool:
     """Whether `cell`'s calls go through Message Batches: `anthropic_batch` on, the cache writable, a Claude model,
     and a system that makes one call per sample whose prompt is known up front (its registry entry's `batchable`)."""
     from balms.agents.registry import get_system
-    from balms.experiments.scheduler import backend_kind
 
     return (cfg.anthropic_batch and cfg.cache_mode == "rw" and get_system(cell.spec.system).batchable
-            and backend_kind(cfg, cell.spec.model) == "anthropic")
+            and cfg.backend_kind(cell.spec.model) == "anthropic")
 
 
 def prefetch_cells(cfg, cells: dict, *, poll_s: float | None = None, progress=print,

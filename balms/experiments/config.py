@@ -318,6 +318,16 @@ class ExperimentConfig(BaseModel):
             return [self.system_backbones[system]]
         return list(models) if models else list(self.backbones)
 
+    def backend_kind(self, model: str) -> str | None:
+        """The kind of backend serving `model` under these servers (None: a name no one knows, reported by
+        check_models / make_cell)."""
+        from balms.models.registry import UnknownModelError, resolve_spec
+
+        try:
+            return resolve_spec(model, self.servers).backend
+        except UnknownModelError:
+            return None
+
     @property
     def judged_datasets(self) -> list[str]:
         """The datasets notebook 07 judges: `judge_datasets`, or the evaluated `datasets` when it is None."""

@@ -49,16 +49,6 @@ SAMPLES_PER_SLOT = 2
 LOCAL_BACKENDS = ("llamacpp", "vllm-local")  # models run inside this process: this machine is their server
 
 
-def backend_kind(cfg: ExperimentConfig, model: str) -> str | None:
-    """The kind of backend serving `model` (None: a name no one knows, reported by check_models / make_cell)."""
-    from balms.models.registry import UnknownModelError, resolve_spec
-
-    try:
-        return resolve_spec(model, cfg.servers).backend
-    except UnknownModelError:
-        return None
-
-
 def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, int]:
     """Set the slot limit of every server the models route to (and of the Anthropic API); returns them. The
     servers are asked what they serve once, here, before any cell starts (every backend then routes from it)."""
@@ -66,7 +56,7 @@ def configure_slots(cfg: ExperimentConfig, models: Sequence[str]) -> dict[str, i
     from balms.models.openai_http import normalise_base_url
     from balms.models.slots import ANTHROPIC, SLOTS
 
-    kinds = {backend_kind(cfg, m) for m in models}
+    kinds = {cfg.backend_kind(m) for m in models}
     limits: dict[str, int] = {}
     if "openai" in kinds:
         overrides = {normalise_base_url(u): int(n) for u, n in cfg.server_slot_limits.items()}
@@ -86,7 +76,7 @@ def model_slots(cfg: ExperimentConfig, model: str, limits: dict[str, int]) -> in
     from balms.models.registry import resolve_spec
     from balms.models.slots import ANTHROPIC
 
-    kind = backend_kind(cfg, model)
+    kind = cfg.backend_kind(model)
     if kind == "anthropic":
         return limits.get(ANTHROPIC)
     if kind != "openai":
@@ -210,7 +200,7 @@ def _run_locked(cfg, cells, paths, todo, limits, cap, results, tag, *, progress:
             cap.already(r for i in todo for r in cell_records(paths[i], cells[i]))
         # one pool per model: SAMPLES_PER_SLOT per slot of its servers (unmetered: its cells' concurrency);
         # embedded models share one of cfg.concurrency
-        pool_of = {i: "local" if backend_kind(cfg, cells[i].spec.model) in LOCAL_BACKENDS else cells[i].spec.model
+        pool_of = {i: "local" if cfg.backend_kind(cells[i].spec.model) in LOCAL_BACKENDS else cells[i].spec.model
                    for i in todo}
         size: dict = {}
         for i in todo:
