@@ -178,6 +178,11 @@ def _agent_options(agent) -> dict:
 
 
 
+def _from_project(path) -> str | None:
+    """`path` relative to the project root: a bundle names no folder of the machine that made it."""
+    return None if path is None else os.path.relpath(path, PROJECT_ROOT)
+
+
 def start_manifest(out_path: Path, agent, backend, samples: Sequence, tables, spec, parameters: dict,
                    session: dict) -> dict[str, Any]:
     """Write the manifest of a session starting (the earlier sessions kept) and return it."""
@@ -187,7 +192,7 @@ def start_manifest(out_path: Path, agent, backend, samples: Sequence, tables, sp
             old = json.loads(mpath.read_text(encoding="utf-8"))
     base = type(inspect.unwrap(agent))
     manifest: dict[str, Any] = {
-        "run_file": str(out_path),
+        "run_file": Path(out_path).name,  # beside its manifest; a bundle names no path of this machine
         "status": "running",
         "cell": None if spec is None else spec.model_dump(mode="json") | {"key": spec.key()},
         "agent": {"name": getattr(agent, "name", type(agent).__name__), "cot": getattr(agent, "cot", None),
@@ -198,8 +203,9 @@ def start_manifest(out_path: Path, agent, backend, samples: Sequence, tables, sp
         "parameters": parameters,
         "data": {"sources": sorted({getattr(x, "source", "?") for x in samples}),
                  "datasets": sorted({getattr(x, "dataset", "?") for x in samples}),
-                 "tables": None if tables is None else {k: getattr(tables, k, None)
-                                                         for k in ("name", "source", "raw_dir")}},
+                 "tables": None if tables is None else {
+                     "name": getattr(tables, "name", None), "source": getattr(tables, "source", None),
+                     "raw_dir": _from_project(getattr(tables, "raw_dir", None))}},
         "git": _git(), "packages": _versions(), "python": sys.version.split()[0], "platform": platform.platform(),
         "llama_cpp_build": _llama_cpp_build(),
         "started_at": old.get("started_at", session["started_at"]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -107,6 +108,32 @@ def test_bundle_round_trip_is_deterministic_and_installs_runs_and_responses(tmp_
     moved = tmp_path / "elsewhere" / run_file.relative_to(tmp_path / "runs")
     assert moved.read_bytes() == run_file.read_bytes()
     assert len(ResponseCache(tmp_path / "c2" / "responses.sqlite")) == 3
+
+
+def test_a_bundle_names_no_path_of_the_machine_that_made_it(tmp_path, monkeypatch):
+    """A committed bundle is read on other machines: its manifests name their run file, not where it lay here."""
+    import tarfile
+
+    _make_profile_runs(tmp_path, monkeypatch)
+    bundle.export_bundle("p", tmp_path / "p.tar.gz", cache_dir=tmp_path / "c1")
+    with tarfile.open(tmp_path / "p.tar.gz") as tar:
+        texts = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+    manifests = [json.loads(t) for n, t in texts.items() if n.endswith(".manifest.json")]
+    assert manifests and all(m["run_file"].endswith(".jsonl") and "/" not in m["run_file"] for m in manifests)
+    assert not [n for n, t in texts.items() if str(tmp_path) in t]
+
+
+def test_a_manifest_names_its_data_folder_from_the_project_root(tmp_path, real_data):
+    """The manifest's data folder is relative to the project (e.g. ../shared/data/pmdata), not this machine's path."""
+    from balms.data.pmdata import load_pmdata
+    from balms.paths import PROJECT_ROOT
+    from balms.runfile import start_manifest
+
+    tables = load_pmdata(real_data / "pmdata")
+    out = tmp_path / "r.jsonl"
+    m = start_manifest(out, TinyAgent(), FakeBackend(), make_samples(1), tables, None, {}, {"started_at": "now"})
+    assert m["run_file"] == "r.jsonl" and not Path(m["data"]["tables"]["raw_dir"]).is_absolute()
+    assert (PROJECT_ROOT / m["data"]["tables"]["raw_dir"]).resolve() == Path(tables.raw_dir).resolve()
 
 
 def test_tampered_bundle_is_refused_naming_the_file(tmp_path, monkeypatch):
