@@ -58,22 +58,14 @@ def judged(cfg, recs, tables, window: str) -> dict[str, dict]:
 
 def paired(a: dict, b: dict, dim: str, seed: int = 0) -> dict:
     """Mean of lookback - agent over rationales scored under both, with a participant-bootstrap 95% interval."""
-    import numpy as np
+    from balms.metrics import mean_ci
 
     rows = [(a[s]["user"], b[s][dim] - a[s][dim]) for s in a
             if s in b and a[s][dim] is not None and b[s][dim] is not None]
     if not rows:
         return {"n": 0, "mean": None, "lo": None, "hi": None}
-    users = sorted({u for u, _ in rows})
-    by_user = {u: [d for uu, d in rows if uu == u] for u in users}
-    rng = np.random.default_rng(seed)
-    boots = []
-    for _ in range(2000):
-        pick = rng.choice(len(users), len(users))
-        vals = [d for i in pick for d in by_user[users[i]]]
-        boots.append(float(np.mean(vals)))
-    return {"n": len(rows), "n_users": len(users), "mean": float(np.mean([d for _, d in rows])),
-            "lo": float(np.percentile(boots, 2.5)), "hi": float(np.percentile(boots, 97.5))}
+    mean, lo, hi = mean_ci([d for _, d in rows], [u for u, _ in rows], seed=seed)
+    return {"n": len(rows), "n_users": len({u for u, _ in rows}), "mean": mean, "lo": lo, "hi": hi}
 
 
 def main() -> None:
