@@ -14,7 +14,12 @@ def test_verdict_follows_the_interval():
     assert claims.verdict(0.2, 0.1, 0.3) == "higher"
     assert claims.verdict(0.05, -0.1, 0.2) == "indistinguishable"
     assert claims.verdict(0.1, math.nan, 0.2) == "no interval"
-    assert claims.verdict(0.1, 0.1, 0.1) == "no interval"  # one cluster: a point, not an interval
+    # a point interval (every participant's resample the same mean; one participant gives no interval at all)
+    assert claims.verdict(-1.0, -1.0, -1.0) == "lower" and claims.verdict(0.0, 0.0, 0.0) == "indistinguishable"
+    from balms.metrics import mean_ci
+
+    assert math.isnan(mean_ci([-1.0, -1.0], ["u1", "u1"])[1])  # one participant: no interval
+    assert mean_ci([-1.0, -1.0, -1.0], ["u1", "u2", "u3"])[1:] == (-1.0, -1.0)  # every day moved alike: a point
 
 
 def test_compare_sentence_names_the_direction_and_numbers():

@@ -1,7 +1,8 @@
 """The sensor test of notebook 08 (issue 39) end to end on a scripted backend and the synthetic PMData cohort: its
 cells are declared, run, keyed apart from the real ones, known to the bundle; the claims rows are computed from the
 records (placebo with the 'uses the sensors' verdict, mood only, no mood, the neutral example), and say "not run"
-while the test is off. The committed cpu-study profile declares none of them (its replay makes zero calls)."""
+while the test is off. The committed cpu-study profile declares them on both backbones, and its bundle holds every
+one (its replay makes zero calls)."""
 
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def test_uses_the_sensors_only_where_the_interval_excludes_zero():
     rows = pd.DataFrame(study.sensor_rows(cfg, _recs(noisy, labels, users), pd.DataFrame(),
                                           pd.concat([placebo, same.assign(prediction=noisy)])))
     by = rows.set_index("comparison")
-    # noisy real vs the very same answers: difference 0, no interval -> never "uses the sensors"
+    # noisy real vs the very same answers: difference 0 on every day, a point interval at 0 -> never "uses the sensors"
     assert by.filter(like="distant", axis=0).verdict.iloc[0] != study.USES_SENSORS
     rows = pd.DataFrame(study.sensor_rows(cfg, real, pd.DataFrame(), pd.concat([placebo, same])))
     other = rows[rows.comparison.str.contains("another user")].iloc[0]
@@ -146,12 +147,12 @@ def test_cpu_study_declares_the_sensor_test_on_pmdata_and_off_when_asked(real_da
     assert on.sensor_test_datasets == ["pmdata"]  # the committed study runs it (issue 39)
     sensor = [c for c in cells_for("08_cpu_study", on) if c.part == "sensor_test"]
     assert {c.system for c in sensor} == {"healthllm", "rag", "personal_baseline"}
-    assert {c.model for c in sensor} == set(on.sensor_test_models)
-    every = config.load("cpu-study", raw_root=str(real_data), sensor_test_models=[])
-    both = [c for c in cells_for("08_cpu_study", every) if c.part == "sensor_test"]
-    assert {c.model for c in both} == {*on.backbones, *on.size_backbones}
-    assert {c.n_samples for c in both if c.model in on.size_backbones} == {on.size_n_samples["pmdata"]}
-    assert len(both) == 2 * sum(VARIANTS.values()) == 2 * len(sensor)
+    assert {c.model for c in sensor} == {*on.backbones, *on.size_backbones}  # both model sizes (issue 39)
+    assert {c.n_samples for c in sensor if c.model in on.size_backbones} == {on.size_n_samples["pmdata"]}
+    one = config.load("cpu-study", raw_root=str(real_data), sensor_test_models=on.backbones)
+    narrowed = [c for c in cells_for("08_cpu_study", one) if c.part == "sensor_test"]
+    assert {c.model for c in narrowed} == set(on.backbones)
+    assert len(sensor) == 2 * sum(VARIANTS.values()) == 2 * len(narrowed)
     with pytest.raises(config.ConfigError, match="sensor_test_models"):
         config.load("cpu-study", sensor_test_models=["qwen2.5-7b"])
     paper = config.load("paper", raw_root=str(real_data))

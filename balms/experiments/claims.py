@@ -26,9 +26,11 @@ def pct(x, digits: int = 1) -> str:
 
 
 def verdict(diff, lo, hi) -> str:
-    """'lower' (interval entirely below 0), 'higher' (entirely above), 'indistinguishable' (spans 0),
-    'no interval' (an end is missing or the interval is a single point from one cluster)."""
-    if not (_ok(diff) and _ok(lo) and _ok(hi)) or lo == hi:
+    """'lower' (interval entirely below 0), 'higher' (entirely above), 'indistinguishable' (it holds 0),
+    'no interval' (an end is missing: fewer than two participants, balms.metrics._cluster_bootstrap). A point
+    interval comes from two or more participants whose every resample gives the same mean (e.g. each day's answer
+    moved by the same step): it is read like any other, so [0, 0] is indistinguishable and [-1, -1] lower."""
+    if not (_ok(diff) and _ok(lo) and _ok(hi)):
         return "no interval"
     if hi < 0:
         return "lower"
