@@ -95,7 +95,10 @@ def claims_page() -> str:
               "disagrees, or cannot tell at this n.\n\n"
             + _table(header, claims_rows())
             + "\nWhat the cells answered (`results/cpu-study/tables/cpu_study_answers.csv`): "
-            + study.answers_sentence(pd.read_csv(ANSWERS)) + "\n")
+            + study.answers_sentence(pd.read_csv(ANSWERS)) + "\n"
+            + "\nThe sensor test (issue 39: does an answer move when the window's sensor values are another user's, "
+              "or the same user's from a distant period?): "
+            + study.sensor_sentence(pd.read_csv(CLAIMS)) + "\n")
 
 
 def readme_claims_block() -> str:
