@@ -253,6 +253,50 @@ def _cache_rows(root) -> int:
     return n
 
 
+def test_a_stopped_run_starts_none_of_its_queued_samples_after_it_returns():
+    """A failed job stops the run: drive raises, and the samples still queued on its pool never start, even though
+    the process-wide STOP is cleared for later calls (a notebook's next cell); it had let them all start."""
+    from balms.models.slots import STOP, drive
+    from balms.threads import Pool
+
+    pool, started = Pool(2, "balms-test"), []
+
+    def job(i):  # the others outlast the stop's grace period, so samples are still queued when drive returns
+        started.append((i, time.monotonic()))
+        if i == 0:
+            raise RuntimeError("the first sample fails")
+        time.sleep(1.5)
+
+    with pytest.raises(RuntimeError, match="first sample"):
+        drive(((pool, i, job, i) for i in range(20)), lambda rec: None)
+    returned = time.monotonic()
+    time.sleep(2.0)
+    pool.close()
+    assert not STOP.is_set()  # later calls go on
+    assert [i for i, t in started if t > returned] == [] and len(started) < 20
+
+
+def test_the_balms_command_ends_within_its_deadline_after_ctrl_c_however_slow_its_stop(tmp_path):
+    """The command's guarantee (balms.cli.console): a process whose stop path takes 10 s (KeyboardInterrupt caught,
+    then a slow teardown) is gone within 2 s of SIGINT with exit code 130; without the guarantee it lives 10 s."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, time\n"
+            "from balms.cli import _exit_within_deadline_after_ctrl_c\n"
+            "_exit_within_deadline_after_ctrl_c()\n"
+            "try:\n    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    time.sleep(10)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent), "PATH": "/usr/bin:/bin"})
+    assert proc.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert time.monotonic() - t0 < 2.0 and proc.returncode == 130
+
+
 def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tmp_path, monkeypatch, real_data):
     """Issue 36: SIGINT to `balms run` (the scheduler's path) on a slow server (1 s a call, 4 in flight): the
     process exits within 2 s, no request leaves after the signal, every answer received before it is a record on
@@ -281,11 +325,11 @@ def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tm
         assert len(srv.busy) >= 8, proc.communicate()[1][-2000:]
         t_sig = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+        err = proc.communicate(timeout=30)[1].decode(errors="replace")
         took = time.monotonic() - t_sig
         answered = sum(end < t_sig - 0.2 for _, end in srv.busy)  # answers the client had before the signal
         late = [a for a in srv.arrivals if a > t_sig + 0.05]
-        assert took < 2.0 and proc.returncode == 130
+        assert took < 2.0 and proc.returncode == 130, (took, proc.returncode, err[-2000:])
         assert late == []  # no request (so no sample) started after the signal
         (path,) = (tmp_path / "sigint" / "runs").rglob("*.jsonl")
         kept = load_records(path)

@@ -2,6 +2,6 @@
 
 import sys
 
-from balms.cli import main
+from balms.cli import console
 
-sys.exit(main())
+sys.exit(console())

@@ -101,15 +101,18 @@ def drive(jobs, write) -> None:
 
     Stopping: on any exception here (Ctrl-C's KeyboardInterrupt, one `fn` or one `write` raises) STOP is set, so no
     sample starts and no model call leaves (slots.take raises NotStarted); the results that arrive within GRACE_S
-    are still written, then the exception goes on. The pools' threads are daemons: a call still in flight never
-    holds the process."""
+    are still written, then the exception goes on. STOP is cleared then (a notebook's next cell may call a model),
+    but this run's own flag stays set: a job still queued on a pool never starts. The pools' threads are daemons: a
+    call still in flight never holds the process."""
     import queue
 
     STOP.clear()
+    stopped = threading.Event()  # this run's: never cleared, unlike STOP
     done: queue.SimpleQueue = queue.SimpleQueue()  # the jobs' futures, as each ends
     n = 0
     for pool, rank, fn, *args in jobs:
-        pool.submit(rank, lambda f, a: None if STOP.is_set() else f(*a), fn, args).add_done_callback(done.put)
+        pool.submit(rank, lambda f, a: None if stopped.is_set() or STOP.is_set() else f(*a), fn, args
+                    ).add_done_callback(done.put)
         n += 1
     try:
         while n:
@@ -121,6 +124,7 @@ def drive(jobs, write) -> None:
             if fut.result() is not None:  # a job's exception is raised here
                 write(fut.result())
     except BaseException:
+        stopped.set()
         STOP.set()
         end = time.monotonic() + GRACE_S
         while n and time.monotonic() < end:
