@@ -24,6 +24,7 @@ measures the client alone: the peak in service must reach 1,000.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -108,7 +109,12 @@ def run_fleet(gpus: int, servers: dict[str, int], compression: float, samples: i
         load0 = os.getloadavg()
         kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu0, t0, m0 = time.process_time(), time.perf_counter(), time.monotonic()
-        rep = schedule_cells(cfg, cells, progress=False)
+        with contextlib.ExitStack() as stack:
+            if os.environ.get("BENCH_TRACE"):  # --trace: where the client's threads are, once a second
+                from thread_states import Tracer
+
+                stack.enter_context(Tracer(f"{os.environ['BENCH_TRACE']}.g{gpus}.jsonl"))
+            rep = schedule_cells(cfg, cells, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # PHIA's sandbox workers (the servers still run)
         kids = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
@@ -300,6 +306,8 @@ def main(argv=None) -> int:
                     help="minilm: the real embedder, on the empty embedding cache of each fresh run")
     ap.add_argument("--no-embedding-stage", action="store_true",
                     help="retrieval samples embed for themselves (the scheduler's embedding stage off: the A/B)")
+    ap.add_argument("--trace", help="write where the client's threads are, once a second, to TRACE.g<gpus>.jsonl "
+                    "(bench/thread_states.py)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "scale.json"))
     a = ap.parse_args(argv)
     from balms.paths import shared_data_dir
@@ -318,6 +326,8 @@ def main(argv=None) -> int:
         from balms.experiments import scheduler
 
         scheduler.embedding_stage = lambda *args: {}
+    if a.trace:
+        os.environ["BENCH_TRACE"] = a.trace
     datasets = a.datasets.split(",")
     gpus = [int(x) for x in a.gpus.split(",")]
     samples = [int(x) for x in a.samples.split(",")]
