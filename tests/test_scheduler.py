@@ -276,27 +276,6 @@ def test_a_stopped_run_starts_none_of_its_queued_samples_after_it_returns():
     assert [i for i, t in started if t > returned] == [] and len(started) < 20
 
 
-def test_the_balms_command_ends_within_its_deadline_after_ctrl_c_however_slow_its_stop(tmp_path):
-    """The command's guarantee (balms.cli.console): a process whose stop path takes 10 s (KeyboardInterrupt caught,
-    then a slow teardown) is gone within 2 s of SIGINT with exit code 130; without the guarantee it lives 10 s."""
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    code = ("import sys, time\n"
-            "from balms.cli import _exit_within_deadline_after_ctrl_c\n"
-            "_exit_within_deadline_after_ctrl_c()\n"
-            "try:\n    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    time.sleep(10)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent), "PATH": "/usr/bin:/bin"})
-    assert proc.stdout.readline().strip() == "ready"
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
-    assert time.monotonic() - t0 < 2.0 and proc.returncode == 130
-
-
 def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tmp_path, monkeypatch, real_data):
     """Issue 36: SIGINT to `balms run` (the scheduler's path) on a slow server (1 s a call, 4 in flight): the
     process exits within 2 s, no request leaves after the signal, every answer received before it is a record on
@@ -318,7 +297,10 @@ def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tm
         proc = subprocess.Popen([sys.executable, "-m", "balms.cli", "run", "--dataset", "pmdata", "--system",
                                  "healthllm", "--model", model, "--n", "40", "--lookback", "3", "--concurrency", "4",
                                  "--profile", "sigint", "--set", f"-p servers [{srv.url}] -p server_slots 4"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                # a runner started in the background inherits SIGINT ignored (so the child would
+                                # run to the end, as a local clean-clone CI once did): Ctrl-C's default, as typed
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 180
         while len(srv.busy) < 8 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)

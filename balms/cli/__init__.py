@@ -42,45 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-CTRL_C_DEADLINE_S = 1.5  # after Ctrl-C, the longest the process lives (the promise: gone within 2 s)
-
-
-def _exit_within_deadline_after_ctrl_c() -> None:
-    """A Ctrl-C ends the process within CTRL_C_DEADLINE_S however busy it is. The stop path (balms.models.slots.drive)
-    normally gets there first; this thread is the guarantee: it hears the signal through the interpreter's wakeup fd,
-    so it does not wait for the main thread to reach Python code, as the KeyboardInterrupt does (on a loaded CI
-    machine a stopped run once outlived the promise several times over). Exiting there is safe: each record is
-    fsynced as written, a torn last line is truncated by the next run, and every call answered is in the cache."""
-    import signal
-    import threading
-    import time
-
-    r, w = os.pipe()
-    os.set_blocking(w, False)
-    try:
-        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-    except ValueError:  # not the main thread: Ctrl-C is its caller's to handle
-        os.close(r)
-        os.close(w)
-        return
-
-    def watch() -> None:
-        while signal.SIGINT not in os.read(r, 64):
-            pass
-        time.sleep(CTRL_C_DEADLINE_S)
-        sys.stderr.flush()
-        os._exit(130)
-
-    threading.Thread(target=watch, daemon=True, name="balms-ctrl-c").start()
-
-
-def console() -> int:
-    """The `balms` command (and `python -m balms.cli`): `main` in a process of its own, which Ctrl-C ends within
-    CTRL_C_DEADLINE_S. A caller of `main` in its own process (a test, a notebook) keeps its own Ctrl-C handling."""
-    _exit_within_deadline_after_ctrl_c()
-    return main()
-
-
 def main(argv: list[str] | None = None) -> int:
     from balms.data.schema import DataError
     from balms.stores import DamagedStoreError

@@ -2,6 +2,6 @@
 
 import sys
 
-from balms.cli import console
+from balms.cli import main
 
-sys.exit(console())
+sys.exit(main())
