@@ -71,8 +71,8 @@ def test_make_lab_lists_the_notebooks_and_runs_a_cell_of_00(tmp_path):
                             "parent_header": {}, "metadata": {}, "channel": "shell",
                             "content": {"code": code, "silent": False, "store_history": False,
                                         "user_expressions": {}, "allow_stdin": False}}))
-        out, status = "", None
-        while status is None:
+        out, status, idle = "", None, False
+        while status is None or not idle:  # the reply (shell) may come before the output (iopub): read to idle
             m = json.loads(ws.recv())
             if m.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
@@ -80,6 +80,8 @@ def test_make_lab_lists_the_notebooks_and_runs_a_cell_of_00(tmp_path):
                 out += m["content"]["text"]
             elif m["msg_type"] == "execute_reply":
                 status = m["content"]["status"]
+            elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                idle = True
         ws.close()
         assert status == "ok" and "profile demo" in out
     finally:
