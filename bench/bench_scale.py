@@ -94,7 +94,7 @@ def use_dirs(base: Path) -> None:
 
 
 def run_fleet(gpus: int, servers: dict[str, int], compression: float, samples: int, datasets: list[str],
-              base: Path) -> dict:
+              base: Path, trace: str | None = None) -> dict:
     """The grid on `servers` ({model: simulated servers}, the plan's allocation of `gpus` GPUs)."""
     from balms.experiments.scheduler import schedule_cells
     from balms.experiments.throughput import gpus_per_server
@@ -110,10 +110,10 @@ def run_fleet(gpus: int, servers: dict[str, int], compression: float, samples: i
         kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu0, t0, m0 = time.process_time(), time.perf_counter(), time.monotonic()
         with contextlib.ExitStack() as stack:
-            if os.environ.get("BENCH_TRACE"):  # --trace: where the client's threads are, once a second
+            if trace:  # --trace: where the client's threads are, once a second
                 from thread_states import Tracer
 
-                stack.enter_context(Tracer(f"{os.environ['BENCH_TRACE']}.g{gpus}.jsonl"))
+                stack.enter_context(Tracer(f"{trace}.g{gpus}.jsonl"))
             rep = schedule_cells(cfg, cells, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # PHIA's sandbox workers (the servers still run)
@@ -326,8 +326,6 @@ def main(argv=None) -> int:
         from balms.experiments import scheduler
 
         scheduler.embedding_stage = lambda *args: {}
-    if a.trace:
-        os.environ["BENCH_TRACE"] = a.trace
     datasets = a.datasets.split(",")
     gpus = [int(x) for x in a.gpus.split(",")]
     samples = [int(x) for x in a.samples.split(",")]
@@ -343,7 +341,7 @@ def main(argv=None) -> int:
         runs = []
         for g, n, c in zip(gpus, samples, comp, strict=True):
             alloc = allocation(n, datasets, g)
-            r = run_fleet(g, alloc["servers"], c, n, datasets, work / f"g{g}")
+            r = run_fleet(g, alloc["servers"], c, n, datasets, work / f"g{g}", a.trace)
             sim_h = r["simulated_wall_h"]
             r["plan"] = {"allocation": alloc["servers"], "plan_hours": alloc["hours"], "simulated_hours": sim_h,
                          "error": round(alloc["hours"] / sim_h - 1, 3), "plan_calls": alloc["plan_calls"]}
