@@ -99,7 +99,7 @@ test-slow: ## Tests that run a real small model, a real llama.cpp server or the 
 NB_TEST := build/test-notebooks
 test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder, current code) and check them with nbval
 	rm -rf $(NB_TEST)
-	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
+	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory -j2 paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
 	@# the cells the notebooks ran are exactly the cells the plan prices (balms.experiments.cells declares both)
 	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(PY) -m balms.cli runs status --profile smoke --strict
 	BALMS_NB_RUNS=$(CURDIR)/$(NB_TEST)/runs $(PY) -m pytest -q -p no:cacheprovider tests/test_declared_runs.py

@@ -228,13 +228,19 @@ def test_llamacpp_logprob_recorder_is_a_log_softmax_top_k():
 @pytest.mark.slow
 def test_real_geval_judge_ranks_claude_above_qwen_on_evidence_grounding(isolated_cache):
     """Case study D.1: Qwen's rationale puts two of its four values on the wrong day, Claude's none. The demo's
-    judge configuration (geval + grounding hint) with the real embedded model must grade Claude's higher."""
+    judge configuration (geval + grounding hint) with the real embedded model must grade Claude's higher.
+
+    The real model's answers come from the demo's committed responses (notebook 07 judged D.1 with this
+    configuration), keyed by the exact request: while no prompt changed, no model runs; a change to what the judge
+    is sent misses the cache and the real model answers (the test then takes minutes, as it did before)."""
+    from balms import bundle
     from balms.experiments.config import ExperimentConfig
     from balms.models.registry import get_backend
 
+    bundle.import_responses(paths.PROJECT_ROOT / "results" / "demo" / "responses.jsonl.gz", cache_dir=isolated_cache)
     cfg = ExperimentConfig()
     case = load_case(Path(paths.CASE_STUDY_D1))
-    be = get_backend(cfg.judge_model, cache_mode="off")
+    be = get_backend(cfg.judge_model, cache_mode="rw")
     eg = {}
     for name, r in case["rationales"].items():
         res = judge_rationale(be, window_text=render_case_window(case), gold=case["gold_label"],
