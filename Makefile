@@ -99,11 +99,13 @@ test-slow: ## Tests that run a real small model, a real llama.cpp server or the 
 NB_TEST := build/test-notebooks
 test-notebooks: ## Execute the notebooks in the smoke profile (fresh runs folder, current code) and check them with nbval
 	rm -rf $(NB_TEST)
+	@# two notebooks at once: each kernel is about one core's work (SmolLM2 answers fast; the rest is Python)
 	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(MAKE) --no-print-directory -j2 paper PROFILE=smoke EXEC_DIR=$(NB_TEST)/executed
 	@# the cells the notebooks ran are exactly the cells the plan prices (balms.experiments.cells declares both)
 	BALMS_RUNS_DIR=$(CURDIR)/$(NB_TEST)/runs $(PY) -m balms.cli runs status --profile smoke --strict
 	BALMS_NB_RUNS=$(CURDIR)/$(NB_TEST)/runs $(PY) -m pytest -q -p no:cacheprovider tests/test_declared_runs.py
-	$(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(NB_TEST)/executed
+	@# one notebook per worker (nbval runs a notebook's cells in order, in one kernel)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg $(NB_TEST)/executed
 
 sandbox-selftest: ## PHIA sandbox hostile-code suite, both contracts, as root and as an unprivileged user (needs root; CI)
 	scripts/sandbox-selftest $(PY)
