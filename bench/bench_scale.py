@@ -307,7 +307,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-embedding-stage", action="store_true",
                     help="retrieval samples embed for themselves (the scheduler's embedding stage off: the A/B)")
     ap.add_argument("--trace", help="write where the client's threads are, once a second, to TRACE.g<gpus>.jsonl "
-                    "(bench/thread_states.py)")
+                    "(bench/thread_states.py; it walks every thread's stack under the GIL, so it slows the client: "
+                    "compare a traced run's ratios with another traced run's only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "scale.json"))
     a = ap.parse_args(argv)
     from balms.paths import shared_data_dir

@@ -1,7 +1,9 @@
 """Where the client's threads are, sampled once a second from their stacks (bench-scale's `--trace`): for each
 pool (a thread name's prefix) how many threads are in a model call, waiting for a server slot, waiting for a
 RAPTOR summary, in the PHIA sandbox, waiting for another cell's call (the cache), idle, or elsewhere. Why: a
-server underfed while its model's pool has work says which of these holds the pool's threads."""
+server underfed while its model's pool has work says which of these holds the pool's threads. The sampling walks
+every thread's stack while holding the GIL (thousands of threads in a fleet run), so a traced run is slower than an
+untraced one: its ratios are comparable only with another traced run's."""
 
 from __future__ import annotations
 
