@@ -55,7 +55,11 @@ def committed(monkeypatch, tmp_path):
     monkeypatch.setattr(paths, "PROJECT_ROOT", tmp_path)
     monkeypatch.setenv("BALMS_RAW_DIR", str(tmp_path / "empty"))
     for v in ("BALMS_OUTPUT_DIR", "BALMS_ALLOW_SYNTHETIC"):
-        monkeypatch.delenv(v, raising=False)
+        # set, then deleted: monkeypatch's undo then removes what a test sets (announce_data sets
+        # BALMS_ALLOW_SYNTHETIC in the process), which would otherwise reach this worker's later tests: a `make
+        # notebook` there wrote synthetic artefacts over the committed ones
+        monkeypatch.setenv(v, "")
+        monkeypatch.delenv(v)
     return tmp_path
 
 
