@@ -47,6 +47,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from sim_vllm import BATCH  # noqa: E402
 
 BACKBONES = ["Qwen2.5-7B-Instruct", "Mistral-7B-Instruct-v0.3", "Qwen2.5-14B-Instruct", "DeepSeek-R1-Distill-Qwen-14B"]
+DATASETS = ["pmdata", "globem"]
+PLAN_PER_CELL = 3  # the plan's block of samples per cell here (bench/plan_exact.py sets it beside every sample)
 
 
 def start_sims(model_ids: list[str], compression: float, *, batch: int = BATCH, fixed_s: float | None = None,
@@ -211,15 +213,16 @@ def sim_throughput() -> dict:
     return {k: {"prefill": v["prefill_tps"], "decode": v["decode_tps"]} for k, v in A6000.items()}
 
 
-def grid_plan(samples: int, datasets: list[str]) -> dict:
+def grid_plan(samples: int, datasets: list[str], *, backbones: list[str] = BACKBONES,
+              per_cell: int = PLAN_PER_CELL) -> dict:
     """`balms plan` of notebook 01 on the paper profile, with the simulated servers' throughput and the way they
     answer (the stand-in's SIMULATOR behaviour, which the simulated servers answer by)."""
     from balms.experiments.config import load
     from balms.experiments.plan import build_plan
     from balms.models.standin import SIMULATOR
 
-    cfg = load("paper", datasets=datasets, backbones=BACKBONES, n_samples=samples, notebooks=["01_prediction"])
-    plan = build_plan(cfg, per_cell=3, throughput=sim_throughput(), behaviour=SIMULATOR)
+    cfg = load("paper", datasets=datasets, backbones=backbones, n_samples=samples, notebooks=["01_prediction"])
+    plan = build_plan(cfg, per_cell=per_cell, throughput=sim_throughput(), behaviour=SIMULATOR)
     return plan.to_dict()
 
 
@@ -299,7 +302,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpus", default="16,64", help="GPU counts, each run with the plan's allocation")
     ap.add_argument("--samples", default="48,96", help="samples per cell, one per GPU count")
-    ap.add_argument("--datasets", default="pmdata,globem")
+    ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--compression", default="5,5", help="time compression (<= 5), one per GPU count")
     ap.add_argument("--no-loopback", action="store_true", help="skip the 1,000-in-flight client test")
     ap.add_argument("--embedder", choices=["hash", "minilm"], default="hash",

@@ -1,8 +1,8 @@
 """The plan's estimate against an exact count (issue 36: the plan's wall-time error): `balms plan` prices each cell
 from a block of `--per-cell` samples (balms.experiments.plan.scale_up); here the same plan also runs every sample,
-so each cell's estimated calls stand beside its exact calls. Notebook 01's paper grid on one backbone, the real data
-at ../shared/data, the stand-in answering as the simulated servers do (behaviour SIMULATOR, as bench-scale plans),
-hash embeddings, a fresh cache.
+so each cell's estimated calls stand beside its exact calls. bench-scale's plan (bench_scale.grid_plan: notebook
+01's paper grid, the stand-in answering as the simulated servers do, its block size by default) on one backbone, the
+real data at ../shared/data, hash embeddings, a fresh cache.
 
     python bench/plan_exact.py [--samples 160] [--per-cell 3] [--out bench/plan_exact.json]
 """
@@ -18,12 +18,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_scale  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=160, help="samples per cell (n_samples)")
-    ap.add_argument("--per-cell", type=int, default=3, help="the plan's block of samples per cell")
+    ap.add_argument("--per-cell", type=int, default=bench_scale.PLAN_PER_CELL,
+                    help="the plan's block of samples per cell (default: bench-scale's)")
     ap.add_argument("--backbone", default="Qwen2.5-7B-Instruct")
     ap.add_argument("--out", default=str(ROOT / "bench" / "plan_exact.json"))
     a = ap.parse_args(argv)
@@ -33,14 +37,8 @@ def main(argv=None) -> int:
         raise SystemExit("plan_exact needs the real data at ../shared/data")
     os.environ["BALMS_RAW_DIR"] = str(shared_data_dir())
     os.environ["BALMS_CACHE_DIR"] = tempfile.mkdtemp(prefix="balms-plan-exact-")
-    from balms.experiments.config import load
-    from balms.experiments.plan import build_plan
-    from balms.models.standin import SIMULATOR
-
-    cfg = load("paper", datasets=["pmdata", "globem"], backbones=[a.backbone], n_samples=a.samples,
-               notebooks=["01_prediction"])
-    block = build_plan(cfg, per_cell=a.per_cell, behaviour=SIMULATOR).to_dict()
-    exact = build_plan(cfg, per_cell=10 ** 9, behaviour=SIMULATOR).to_dict()
+    block, exact = (bench_scale.grid_plan(a.samples, bench_scale.DATASETS, backbones=[a.backbone], per_cell=n)
+                    for n in (a.per_cell, 10 ** 9))
     rows = [{"system": e["system"], "dataset": e["dataset"], "cot": e["cot"], "n_samples": e["n_samples"],
              "estimated_calls": b["calls"], "exact_calls": e["calls"]}
             for b, e in zip(block["cells"], exact["cells"], strict=True)]
