@@ -169,6 +169,56 @@ def test_scaling_counts_calls_shared_by_neighbouring_samples_once_per_user():
     assert sample_block(samples[:4], 5, seed=0, dataset="x") == (samples[:4], True)
 
 
+def test_neighbour_pairs_pair_each_chosen_sample_with_its_users_previous_one():
+    """A system whose samples share calls is measured on seeded random samples, each after its user's previous one
+    (one user's first stands for every user's first); where the pairs would cost as much, every sample, in order."""
+    from balms.experiments.plan import neighbour_pairs
+
+    class S:
+        def __init__(self, user, day):
+            self.user, self.target_date = user, day
+
+    samples = [S(u, d) for d in range(0, 60, 3) for u in ("a", "b", "c")]
+    pairs, exact = neighbour_pairs(samples, 8, seed=0, dataset="x")
+    assert not exact and len(pairs) == 8
+    (first,) = [s for before, s in pairs if before is None]
+    assert first.target_date == 0  # a user's first sample
+    for before, s in pairs:
+        if before is not None:
+            assert (before.user, before.target_date) == (s.user, s.target_date - 3)
+    keys = [(s.user, s.target_date) for _, s in pairs]
+    assert keys == sorted(keys) and len(set(keys)) == 8
+    assert [(s.user, s.target_date) for _, s in neighbour_pairs(samples, 8, seed=0, dataset="x")[0]] == keys  # seeded
+    assert [(s.user, s.target_date) for _, s in neighbour_pairs(samples, 8, seed=1, dataset="x")[0]] != keys
+    every, exact = neighbour_pairs(samples, 30, seed=0, dataset="x")
+    assert exact and [b for b, _ in every] == [None] * 60
+    assert [(s.user, s.target_date) for _, s in every] == sorted((s.user, s.target_date) for s in samples)
+
+
+@pytest.mark.slow
+def test_raptors_day_summaries_are_planned_within_a_tenth_of_every_sample_run(real_data, monkeypatch):
+    """RAPTOR's day summaries are shared by a user's samples: its plan measures samples after their neighbours,
+    and lands within 10% of running every sample; the consecutive block it used before missed by more (issue 36)."""
+    from balms.agents import registry
+
+    cfg = load("paper", raw_root=str(real_data), systems=["raptor"], datasets=["pmdata"], n_samples=300,
+               backbones=["Qwen2.5-7B-Instruct"], notebooks=["01_prediction"])
+
+    def calls(per_cell):
+        (ce,) = build_plan(cfg, per_cell=per_cell).cells
+        assert ce.errors == [] and ce.n_samples == 300
+        return ce.usage.calls, ce.run
+
+    exact, run = calls(10 ** 9)
+    assert run == 300 and exact > 2 * 300  # an answer per sample and its share of the day summaries
+    estimate, run = calls(2)
+    assert run < 300 and abs(estimate - exact) <= 0.10 * exact
+    monkeypatch.setitem(registry._SYSTEMS, "raptor", registry.dataclasses.replace(registry.get_system("raptor"),
+                                                                                  shares_calls=False))
+    block, run = calls(2)
+    assert run == 2 and abs(block - exact) > 0.10 * exact
+
+
 def test_the_stand_in_answers_every_caller_by_its_declared_rules(real_data):
     """The judge gets a schema-valid verdict (no repair call), a ReAct loop its code steps then an answer, every
     reply its share of the budget; an identical request is one call (the response cache)."""

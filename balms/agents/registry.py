@@ -42,6 +42,9 @@ class SystemSpec:
     # summaries), which the scheduler starts first, as its chain makes a run's tail
     single_call: bool = True
     batchable: bool = False  # one call per sample with the prompt known up front (Anthropic Message Batches)
+    # a sample's calls depend on what its user's earlier samples cached (RAPTOR's day summaries): the plan measures
+    # each sample it runs right after its user's previous one (balms.experiments.plan.neighbour_pairs)
+    shares_calls: bool = False
     prompt_styles: tuple[str, ...] = ()  # template styles it accepts ("paper", "corrected"); () = none
     has_cot: bool = True  # whether a CoT variant exists
     # agent option -> ExperimentConfig field it is set from (the agent's default must equal the config's)
@@ -104,7 +107,7 @@ _BUILTIN = (
                batchable=True, config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k"}, preview=_rag_preview,
                **_PROMPT),
     SystemSpec("raptor", RaptorAgent, "Raptor", "day summaries over sub-day leaves, retrieved from a two-level tree",
-               single_call=False,
+               single_call=False, shares_calls=True,
                config_fields={**_PROMPT_FIELDS, "top_k": "retrieval_top_k", "memory": "raptor_memory"},
                preview=_raptor_preview, preview_model=True, **_PROMPT),
     SystemSpec("phia", PhiaAgent, "PHIA", "ReAct loop writing pandas code over the user's record in a sandbox",
