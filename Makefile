@@ -31,7 +31,7 @@ RUNS_DIR  := $(or $(BALMS_RUNS_DIR),$(CURDIR)/runs)
 LIB_SOURCES := $(shell find balms -name '*.py' 2>/dev/null)
 
 .PHONY: help install install-browser install-router install-sky test test-fast test-slow test-notebooks sandbox-selftest data fidelity paper notebook \
-        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-fidelity bench-roles bench-scale bench-scale-long bench-plan-exact clean-runs lint export-responses bundle \
+        report bench bench-data bench-runner bench-agents bench-sandbox bench-llama bench-prefix bench-judge bench-fidelity bench-roles bench-scale bench-plan-exact clean-runs lint export-responses bundle \
         replay-check plan plan-confirm paper-dryrun docs book lab FORCE
 
 help: ## List the targets
@@ -249,13 +249,9 @@ bench-roles: ## Embedded models per agent role on real prompts: parse, code-bloc
 	$(PY) bench/bench_roles.py --out bench/roles.json
 	$(MAKE) --no-print-directory docs  # the pages that show it
 
-bench-scale: ## Paper notebook-01 grid on 16 and 64 simulated GPUs split by the plan's allocation: fleet utilisation, busiest server, plan error (bench/scale.json)
-	$(PY) bench/bench_scale.py --gpus 16,64 --samples 40,80 --compression 5,2 --no-loopback --out bench/scale.json
+bench-scale: ## Paper notebook-01 grid on 16 simulated GPUs split by the plan's allocation, the ideal wall ten times the longest chain: fleet utilisation, busiest server, plan error (bench/scale.json; long: run it on an idle machine)
+	$(PY) bench/bench_scale.py --no-loopback --out bench/scale.json
 	$(MAKE) --no-print-directory docs  # the pages that show it
-
-bench-scale-long: ## bench-scale at 16 GPUs with 8x the samples (less bound by the longest chain of calls; ~15 min, idle machine)
-	$(PY) bench/bench_scale.py --gpus 16 --samples 320 --compression 5 --no-loopback --out bench/scale_long.json
-	$(MAKE) --no-print-directory docs  # the page that shows it
 
 bench-plan-exact: ## The plan's per-cell calls from its block of samples beside every sample run (notebook 01's paper grid, one backbone: bench/plan_exact.json)
 	$(PY) bench/plan_exact.py --out bench/plan_exact.json

@@ -18,7 +18,13 @@ by it. Every run starts with fresh response, summary and runs caches. Retrieval 
 Then a loopback run with 1,000 requests in flight (one server, 1,000 threads x 2 requests, fixed 5 s service)
 measures the client alone: the peak in service must reach 1,000.
 
-    python bench/bench_scale.py [--gpus 16,64] [--samples 48,96] [--compression 5] [--out bench/scale.json]
+    python bench/bench_scale.py [--gpus 16] [--samples 560] [--compression 5] [--out bench/scale.json]
+
+`make bench-scale` runs 16 GPUs at the defaults (the goal: an ideal wall ten times the longest chain; the result
+says how far it got: more samples add less work each, as a user's samples share RAPTOR's day summaries). 64 GPUs
+is beyond this machine at the issue's settings: the client's calls per second grow with the fleet, more than a
+2-core VM runs beside the simulated servers and PHIA's sandboxes at compression <= 5, and keeping the ideal wall
+ten times the chain on 64 GPUs needs more PMData samples per cell than the data has.
 """
 
 from __future__ import annotations
@@ -149,6 +155,9 @@ def run_fleet(gpus: int, servers: dict[str, int], compression: float, samples: i
         "model_calls": calls, "wall_s": round(wall, 2),
         "fleet_utilisation": round(ideal / wall, 3),  # GPU-seconds served / (GPUs x wall)
         "busiest_ratio": round(bound / wall, 3), "busiest_bound_s": round(bound, 2),
+        # the fleet utilisation were the busiest server never idle: what the allocation itself allows (whole GPUs
+        # per server, one server at least per model), apart from the scheduler
+        "allocation_ceiling": round(ideal / bound, 3),
         "ideal_s": round(ideal, 2), "chain_s": round(chain, 2), "ideal_over_chain": round(ideal / max(chain, 1e-9), 2),
         "simulated_wall_h": round(wall * compression / 3600, 3), "gpu_hours": round(gpu_s / 3600, 3),
         "client_cpu_s": round(cpu, 2), "client_cpu_ms_per_call": round(1000 * cpu / max(calls, 1), 3),
@@ -243,8 +252,10 @@ def summary(d: dict) -> dict[str, str]:
     rows = []
     for r in d["runs"]:
         ok = (r["fleet_utilisation"] >= g["fleet_utilisation"] and r["busiest_ratio"] >= g["busiest_ratio"]
-              and abs(r["plan"]["error"]) <= g["plan_error"])
-        rows.append(f"{r['gpus']} GPUs: fleet utilisation {r['fleet_utilisation']:.3f}, busiest server "
+              and abs(r["plan"]["error"]) <= g["plan_error"]
+              and r["ideal_over_chain"] >= g["ideal_over_chain"])  # else the run measured its longest chain
+        rows.append(f"{r['gpus']} GPUs: fleet utilisation {r['fleet_utilisation']:.3f} (the allocation's ceiling "
+                    f"{r['allocation_ceiling']:.3f}), busiest server "
                     f"{r['busiest_ratio']:.3f}, plan {100 * r['plan']['error']:+.0f}% "
                     f"({'met' if ok else 'not met'})")
     lb = d["loopback_1000"] or {}
@@ -300,10 +311,10 @@ def loopback_1000(n_threads: int = 1000, per_thread: int = 2, service_s: float =
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gpus", default="16,64", help="GPU counts, each run with the plan's allocation")
-    ap.add_argument("--samples", default="48,96", help="samples per cell, one per GPU count")
+    ap.add_argument("--gpus", default="16", help="GPU counts, each run with the plan's allocation")
+    ap.add_argument("--samples", default="560", help="samples per cell, one per GPU count")
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--compression", default="5,5", help="time compression (<= 5), one per GPU count")
+    ap.add_argument("--compression", default="5", help="time compression (<= 5), one per GPU count")
     ap.add_argument("--no-loopback", action="store_true", help="skip the 1,000-in-flight client test")
     ap.add_argument("--embedder", choices=["hash", "minilm"], default="hash",
                     help="minilm: the real embedder, on the empty embedding cache of each fresh run")
@@ -359,7 +370,7 @@ def main(argv=None) -> int:
     out = {
         "command": "make bench-scale (python bench/bench_scale.py " + " ".join(argv or sys.argv[1:]) + ")",
         "grid": {"profile": "paper", "notebook": "01_prediction", "datasets": datasets, "backbones": BACKBONES,
-                 "judge_phase": "not run (see the report of issue 36's executor session)"},
+                 "judge_phase": "not run (issue 36 is open on it)"},
         "server_model": {"source": "bench/sim_vllm.py module doc", "batch": BATCH, "rates": sim_throughput(),
                          "gpus_per_server": "the registry's tensor_parallel (balms.experiments.throughput)"},
         "embedding_stage": not a.no_embedding_stage,

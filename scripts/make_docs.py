@@ -124,24 +124,21 @@ def _bench_scale():
 
 
 def scale_page() -> str:
-    return "".join(_scale_section(name, i) for i, name in enumerate(("scale.json", "scale_long.json")))
-
-
-def _scale_section(name: str, i: int) -> str:
-    d = _json(ROOT / "bench" / name)
+    d = _json(ROOT / "bench" / "scale.json")
     said = _bench_scale().summary(d)
     rows = [[str(r["gpus"]), ", ".join(f"{m} {n}" for m, n in r["servers"].items()), str(r["samples_per_cell"]),
-             _fmt(r["compression"], 1), _fmt(r["fleet_utilisation"], 3), _fmt(r["busiest_ratio"], 3),
-             f"{100 * r['plan']['error']:+.0f}%", _fmt(r["ideal_over_chain"], 1), _fmt(r["client_cpu_ms_per_call"], 1),
+             _fmt(r["compression"], 1), _fmt(r["fleet_utilisation"], 3), _fmt(r["allocation_ceiling"], 3),
+             _fmt(r["busiest_ratio"], 3), f"{100 * r['plan']['error']:+.0f}%", _fmt(r["ideal_over_chain"], 1),
+             _fmt(r["client_cpu_ms_per_call"], 1),
              "/".join(f"{x:.1f}" for x in r["load_average"]["before"][:1] + r["load_average"]["after"][:1])]
             for r in d["runs"]]
-    return ((HEADER.format(src="bench/scale.json (`make bench-scale`) and bench/scale_long.json (`make "
-                           "bench-scale-long`)") if i == 0 else "\n")
+    return (HEADER.format(src="bench/scale.json (`make bench-scale`)")
             + f"Notebook 01's paper grid on simulated vLLM servers split by `balms plan --gpus` (`{d['command']}`; "
               f"server model: {d['server_model']['source']}; embedder: {d['embedder']}):\n\n"
             + _table(["GPUs", "servers per model (the plan's allocation)", "samples per cell", "compression",
-                      "fleet utilisation", "busiest server / wall", "plan's wall-time error",
-                      "ideal wall / longest chain", "client CPU ms per call", "load average before/after"], rows)
+                      "fleet utilisation", "the allocation's ceiling (busiest server never idle)",
+                      "busiest server / wall", "plan's wall-time error", "ideal wall / longest chain",
+                      "client CPU ms per call", "load average before/after"], rows)
             + f"\n{said['runs']} ({said['goal']}). {said['loopback']}.\n")
 
 

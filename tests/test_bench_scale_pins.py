@@ -20,11 +20,13 @@ _spec.loader.exec_module(bench_scale)
 def test_summary_says_not_met_when_a_goal_is_missed():
     d = json.loads((paths.PROJECT_ROOT / "bench" / "scale.json").read_text())
     for r in d["runs"]:
-        r["fleet_utilisation"], r["busiest_ratio"], r["plan"]["error"] = 0.9, 0.95, 0.05
+        r["fleet_utilisation"], r["busiest_ratio"], r["plan"]["error"], r["ideal_over_chain"] = 0.9, 0.95, 0.05, 12
     assert "not met" not in bench_scale.summary(d)["runs"]
     d["runs"][-1]["fleet_utilisation"] = 0.5
     assert bench_scale.summary(d)["runs"].count("not met") == 1
     d["runs"][-1]["fleet_utilisation"], d["runs"][0]["plan"]["error"] = 0.9, -0.2
+    assert bench_scale.summary(d)["runs"].count("not met") == 1
+    d["runs"][0]["plan"]["error"], d["runs"][0]["ideal_over_chain"] = 0.05, 3  # the longest chain measured
     assert bench_scale.summary(d)["runs"].count("not met") == 1
 
 
