@@ -409,8 +409,10 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
                 pairs = [(None, s) for s in block]
             firsts, rest = [], []
             for before, s in pairs:
-                if before is not None:
-                    agent.predict(before, tables, be)  # its cache, uncounted
+                if before is not None:  # fills the sample's cache, uncounted; an error there is still reported
+                    prior = agent.predict(before, tables, be)
+                    if prior.error:
+                        ce.errors.append(prior.error)
                 u, rec = _measure(be, agent.predict, s, tables, be)
                 (rest if before is not None else firsts).append(u)
                 recs.append(rec)
