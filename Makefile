@@ -249,7 +249,7 @@ bench-roles: ## Embedded models per agent role on real prompts: parse, code-bloc
 	$(PY) bench/bench_roles.py --out bench/roles.json
 	$(MAKE) --no-print-directory docs  # the pages that show it
 
-bench-scale: ## Paper notebook-01 grid on 16 simulated GPUs split by the plan's allocation, the ideal wall ten times the longest chain: fleet utilisation, busiest server, plan error (bench/scale.json; long: run it on an idle machine)
+bench-scale: ## Paper notebook-01 grid on 16 simulated GPUs split by the plan's allocation, aiming at an ideal wall ten times the longest chain: fleet utilisation, busiest server, plan error (bench/scale.json; long: run it on an idle machine)
 	$(PY) bench/bench_scale.py --no-loopback --out bench/scale.json
 	$(MAKE) --no-print-directory docs  # the pages that show it
 

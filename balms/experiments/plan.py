@@ -30,6 +30,7 @@ import sqlite3
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass, replace
+from itertools import pairwise
 
 from balms.experiments.cells import NOTEBOOKS, CellDecl
 from balms.experiments.config import ExperimentConfig
@@ -281,18 +282,14 @@ def neighbour_pairs(samples: list, per_cell: int, seed: int, dataset: str) -> tu
     costs no more than the pairs). Run the previous one uncounted, then the sample counted: what the sample costs
     given its neighbour's cache, which a block of consecutive samples measures only for their gaps (issue 36)."""
     ordered = sorted(samples, key=lambda s: (s.user, s.target_date))
-    prev, seen = {}, {}
-    for s in ordered:
-        prev[id(s)] = seen.get(s.user)
-        seen[s.user] = s
-    if len(samples) <= 2 * per_cell:
+    if len(ordered) <= 2 * per_cell:
         return [(None, s) for s in ordered], True
+    prev = [None] + [a if a.user == b.user else None for a, b in pairwise(ordered)]
     rng = random.Random(f"{seed}/{dataset}/neighbours")
-    firsts = [s for s in ordered if prev[id(s)] is None]
-    later = [s for s in ordered if prev[id(s)] is not None]
-    chosen = [rng.choice(firsts), *rng.sample(later, min(per_cell - 1, len(later)))]
-    order = {id(s): i for i, s in enumerate(ordered)}
-    return [(prev[id(s)], s) for s in sorted(chosen, key=lambda s: order[id(s)])], False
+    firsts = [i for i, p in enumerate(prev) if p is None]
+    later = [i for i, p in enumerate(prev) if p is not None]
+    chosen = sorted([rng.choice(firsts), *rng.sample(later, min(per_cell - 1, len(later)))])
+    return [(prev[i], ordered[i]) for i in chosen], False
 
 
 def scale_up(deltas: list[Usage], n: int, n_users: int, exact: bool) -> Usage:
@@ -401,8 +398,8 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
         else:
             c = ce.cell
             n, n_users = len(c.samples), len({s.user for s in c.samples})
-            agent, recs = _hash_retrieval(c.agent), []
-            if get_system(ce.system).shares_calls:
+            agent, recs, system = _hash_retrieval(c.agent), [], get_system(ce.system)
+            if system.shares_calls:
                 pairs, exact = neighbour_pairs(c.samples, max(per_cell, NEIGHBOUR_SAMPLES), cfg.seed, ce.dataset)
             else:
                 block, exact = sample_block(c.samples, per_cell, cfg.seed, ce.dataset)
@@ -420,7 +417,7 @@ def build_plan(cfg: ExperimentConfig, *, per_cell: int = 2, behaviour: Behaviour
                     ce.errors.append(rec.error)
             deltas = firsts + rest
             ran[c.spec.key()] = (recs, n, n_users, exact)
-            ce.batchable = get_system(ce.system).batchable
+            ce.batchable = system.batchable
         ce.n_samples, ce.usage, ce.run = n, scale_up(deltas, n, n_users, exact), len(deltas)
 
     # The agents' cells, one thread per model (its cells in order: each stand-in backend is used by one thread, so
