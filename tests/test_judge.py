@@ -468,7 +468,7 @@ def test_judge_case_study_rows_are_numbers_even_when_unscored(monkeypatch):
 def test_judge_into_resumes_cuts_a_torn_line_and_retries_backend_errors(tmp_path):
     """The one judge loop (notebook 07 and `balms judge run`): a stored verdict under the same key is reused, a torn
     last line is cut off with a warning (so the next verdict appended is readable), a backend error is judged again."""
-    from balms.judges.llm_judge import judge_into
+    from balms.judges.loop import judge_into
 
     recs = [PredictionRecord(sample_id=f"globem/u1/2018-05-0{i}/L3", dataset="globem", user="u1",
                              target_date=f"2018-05-0{i}", lookback=3, label=0, source="real", system="healthllm",

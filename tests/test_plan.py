@@ -259,9 +259,9 @@ def test_the_judge_is_asked_once_per_rationale_of_every_model(real_data):
     assert all(ce.usage.calls == ce.n_samples > 0 and not ce.errors for ce in judge)
 
 
-WORK = {"prediction": {"Qwen2.5-7B-Instruct": {"hours": 6.0, "tail": 0.0, "gpus": 1},
-                       "DeepSeek-R1-Distill-Qwen-14B": {"hours": 40.0, "tail": 0.1, "gpus": 2}},
-        "judge": {"Llama-3.3-70B-Instruct": {"hours": 10.0, "tail": 0.2, "gpus": 2}}}
+WORK = {"prediction": {"Qwen2.5-7B-Instruct": {"hours": 6.0, "tail": 0.0, "gpus": 1, "fill": 100},
+                       "DeepSeek-R1-Distill-Qwen-14B": {"hours": 40.0, "tail": 0.1, "gpus": 2, "fill": 100}},
+        "judge": {"Llama-3.3-70B-Instruct": {"hours": 10.0, "tail": 0.2, "gpus": 2, "fill": 100}}}
 
 
 def test_the_allocation_is_the_fastest_split_of_the_gpus_per_phase():
@@ -285,6 +285,23 @@ def test_the_allocation_is_the_fastest_split_of_the_gpus_per_phase():
         allocate(WORK, "A6000", 2)
     with pytest.raises(ValueError, match="no server given for Llama-3.3-70B-Instruct"):
         price_split(WORK, {"Qwen2.5-7B-Instruct": 1, "DeepSeek-R1-Distill-Qwen-14B": 1})
+
+
+def test_a_phase_gets_no_more_servers_than_its_calls_fill():
+    """Issue 36: the paper's judge phase (200 rationales, 16 slots a server) was given 32 judge servers of 64 GPUs,
+    priced as if each made it faster; 13 servers already hold every call at once. The GPUs beyond are left free."""
+    from balms.experiments.plan import allocate, phase_work, price_split
+
+    judge = "Llama-3.3-70B-Instruct"
+    work = phase_work({"phases": {"judge": {judge: {"calls": 200, "server_hours": 2.0}}}}, slots=16)
+    assert work["judge"][judge]["fill"] == 13
+    got = allocate(work, "A6000", 64)["phases"]["judge"]
+    assert got["servers"] == {judge: 13} and got["gpus"] == 13 * work["judge"][judge]["gpus"]
+    assert got["one_more_gpu_saves_hours"] == 0
+    more = price_split(work, {judge: 32})["phases"]["judge"]  # a bigger split the user gives: no faster
+    assert more["hours"] == got["hours"] and more["utilisation"][judge] < got["utilisation"][judge]
+    fewer = price_split(work, {judge: 12})["phases"]["judge"]
+    assert fewer["hours"] > got["hours"]
 
 
 def test_gpus_and_servers_are_parsed_and_checked(monkeypatch):
@@ -330,7 +347,9 @@ def test_the_command_line_plans_allocates_and_takes_throughput(two_calls, real_d
             "-p backbones [Qwen2.5-7B-Instruct] -p notebooks [01_prediction]")
     assert main(["plan", "--profile", "smoke", "--json", "--set", sets, "--gpus", "A6000:3"]) == 0
     base = json.loads(capsys.readouterr().out)
-    assert base["allocation"]["phases"]["prediction"]["servers"] == {"Qwen2.5-7B-Instruct": 3}
+    # its 6 calls fill one server's slots: the other two GPUs are left free, not priced as speed
+    assert base["allocation"]["phases"]["prediction"]["servers"] == {"Qwen2.5-7B-Instruct": 1}
+    assert base["allocation"]["phases"]["prediction"]["gpus"] == 1
     assert main(["plan", "--profile", "smoke", "--json", "--set", sets, "--throughput", "7b=16000:2400"]) == 0
     fast = json.loads(capsys.readouterr().out)
     q = "Qwen2.5-7B-Instruct"

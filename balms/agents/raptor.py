@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import threading
@@ -337,20 +338,28 @@ class RaptorAgent(PromptAgentBase):
         """Day -> (summary, generated now). The days' summaries are independent calls: they go out together
         (on the model's pool, `summary_pool`, first come first served) while this thread embeds the leaves,
         and each day's steps join the transcript in day order, so the record does not depend on which call
-        finished first."""
+        finished first. A day another sample's call is already making is not asked again: this sample waits
+        for it without holding a pool thread, then reads it from the cache as a later sample would."""
         subs = {ts: Episode(backend) if episode is not None else None for ts in days}
+        records = {ts: compact.get(ts) or "\n".join(days[ts]) for ts in days}
 
         def one(ts):
-            records = compact.get(ts) or "\n".join(days[ts])
-            return day_summary(backend, subs[ts], sample, ts, records, tables.subday_unit,
+            return day_summary(backend, subs[ts], sample, ts, records[ts], tables.subday_unit,
                                self.summary_max_tokens, n_leaves=len(days[ts]))
 
         pool = summary_pool(backend.model_id)
-        futures = {ts: pool.submit(0, one, ts) for ts in days}
+        futures = {ts: pool.submit_once((sample.dataset, sample.user, ts, records[ts], tables.subday_unit,
+                                         self.summary_max_tokens), 0, one, ts) for ts in days}
         # the leaves' embeddings (cached by text) are computed meanwhile, off the servers' critical path
         store.embed([(f"{sample.dataset}/{sample.user}/{ts.date().isoformat()}/leaf{j}", leaf)
                      for ts, day_leaves in days.items() for j, leaf in enumerate(day_leaves)])
-        out = {ts: f.result() for ts, f in futures.items()}
+        out = {}
+        for ts, (f, mine) in futures.items():
+            if mine:
+                out[ts] = f.result()
+            else:  # another sample's call for the same day: once it ends, this sample's own step (from the cache)
+                concurrent.futures.wait([f])
+                out[ts] = one(ts)
         if episode is not None:
             for ts in days:
                 episode.absorb(subs[ts])

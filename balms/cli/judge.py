@@ -81,7 +81,8 @@ def _window_fn():
 
 
 def _run(args) -> int:
-    from balms.judges.llm_judge import aggregate_judgements, judge_into, result_of, verdict_key
+    from balms.judges.llm_judge import aggregate_judgements, result_of, verdict_key
+    from balms.judges.loop import judge_into
     from balms.models.registry import DEFAULT_MODEL, get_backend
     from balms.records import PredictionRecord
 

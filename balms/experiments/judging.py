@@ -51,16 +51,17 @@ def _judge_options(cfg: ExperimentConfig) -> dict:
 def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None = None, datasets=None,
                models=None) -> pd.DataFrame:
     """Judge the CoT rationale of every prediction of the grid; verdicts are written beside each run as
-    `<run>.judge.jsonl` (resumable, one line per sample, `balms.judges.llm_judge.judge_into`: the same loop and window
-    text as `balms judge run`) and returned one row per rationale. Backend errors are judged again (`retry_errors`)."""
-    from balms.judges.llm_judge import judge_into, result_of
+    `<run>.judge.jsonl` (resumable, one line per sample, by `balms.judges.loop`: the same loop and window text as
+    `balms judge run`) and returned one row per rationale. Every cell's rationales go through one loop at once, as
+    many in flight as the judge's servers have slots (a cell holds only a few). Backend errors are judged again
+    (`retry_errors`)."""
+    from balms.judges.llm_judge import result_of
+    from balms.judges.loop import judge_files
 
     judge_model = judge_model or cfg.judge_model
     systems = systems or cfg.judge_systems
     judge = _judge_backend(cfg, judge_model)
-    jkey = judge_key(cfg, judge_model, judge.model_id)
-    concurrency = judge_concurrency(cfg, judge_model)
-    rows = []
+    cells = []  # (dataset, system, model, records, tables)
     for d in datasets or cfg.judged_datasets:
         tables = {d: cohort(d, cfg).tables}
         seen = set()
@@ -71,21 +72,26 @@ def judge_grid(cfg: ExperimentConfig, *, systems=None, judge_model: str | None =
                     continue
                 seen.add((m, s))
                 recs = records_of(cfg, [make_cell(cfg, d, s, m, cot=True)])[0]
-                if not recs:
-                    continue
-                run_path = run_path_of(cfg, recs[0])
-                verdicts = judge_into(run_path.with_name(run_path.stem + ".judge.jsonl"), recs, tables, judge,
-                                      judge_model=judge_model, key=jkey, retry_errors=cfg.retry_errors,
-                                      concurrency=concurrency, **_judge_options(cfg))
-                for r, v in zip(recs, verdicts, strict=True):
-                    rows.append({"dataset": d, "system": s, "model": m, "sample_id": r.sample_id,
-                                 "user": r.user, "lookback": r.lookback, "label": r.label,
-                                 "prediction": r.prediction, "rationale": r.rationale, "source": r.source,
-                                 "options": r.options, "judge_model": judge_model,
-                                 "judge_status": v["status"], "judge_unscored_reason": v.get("unscored_reason"),
-                                 "judge_mode": v.get("mode", "paper"),
-                                 "judge_grounding_hint": v.get("grounding_hint", False),
-                                 **dict(v["tier1"]), **dict(v["tier2"]), "judge_result": result_of(v)})
+                if recs:
+                    cells.append((d, s, m, recs, tables))
+    files = []
+    for _, _, _, recs, tables in cells:
+        run_path = run_path_of(cfg, recs[0])
+        files.append((run_path.with_name(run_path.stem + ".judge.jsonl"), recs, tables))
+    verdicts = judge_files(files, judge, judge_model=judge_model, key=judge_key(cfg, judge_model, judge.model_id),
+                           retry_errors=cfg.retry_errors, concurrency=judge_concurrency(cfg, judge_model),
+                           **_judge_options(cfg))
+    rows = []
+    for (d, s, m, recs, _), vs in zip(cells, verdicts, strict=True):
+        for r, v in zip(recs, vs, strict=True):
+            rows.append({"dataset": d, "system": s, "model": m, "sample_id": r.sample_id,
+                         "user": r.user, "lookback": r.lookback, "label": r.label,
+                         "prediction": r.prediction, "rationale": r.rationale, "source": r.source,
+                         "options": r.options, "judge_model": judge_model,
+                         "judge_status": v["status"], "judge_unscored_reason": v.get("unscored_reason"),
+                         "judge_mode": v.get("mode", "paper"),
+                         "judge_grounding_hint": v.get("grounding_hint", False),
+                         **dict(v["tier1"]), **dict(v["tier2"]), "judge_result": result_of(v)})
     return pd.DataFrame(rows)
 
 

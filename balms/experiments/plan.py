@@ -483,12 +483,14 @@ def phase_work(d: dict, *, slots: int = 16, tail_calls: int = TAIL_CALLS) -> dic
                 continue
             one = slots * v["server_hours"] / v["calls"] if v["calls"] else 0.0  # a request's hours in service
             out.setdefault(phase, {})[m] = {"hours": v["server_hours"], "tail": tail_calls * one,
-                                            "gpus": gpus_per_server(m)}
+                                            "gpus": gpus_per_server(m), "fill": max(1, math.ceil(v["calls"] / slots))}
     return out
 
 
 def _wall(w: dict, n: int) -> float:
-    return w["hours"] / n + w["tail"]
+    """A model's wall on `n` servers: its work shared by the servers its calls can fill at once (`fill`: calls over
+    one server's slots; a server beyond them has nothing to do), then the drain."""
+    return w["hours"] / min(n, w["fill"]) + w["tail"]
 
 
 def price_split(work: dict[str, dict[str, dict]], servers: dict[str, int]) -> dict:
@@ -509,8 +511,9 @@ def price_split(work: dict[str, dict[str, dict]], servers: dict[str, int]) -> di
 
 
 def _allocate_phase(ws: dict[str, dict], gpus: int) -> dict[str, int]:
-    """Servers per model, within `gpus`, that minimise the phase's wall time max_m(work_m / n_m + tail_m): the
-    smallest candidate time (each model's wall at some server count) whose server counts fit."""
+    """Servers per model, within `gpus`, that minimise the phase's wall time max_m(`_wall`): the smallest candidate
+    time (each model's wall at some server count) whose server counts fit. A model gets no more servers than its
+    calls fill (`fill`): GPUs beyond that are left free, not priced as speed."""
     need = sum(w["gpus"] for w in ws.values())
     if need > gpus:
         raise ValueError(f"{gpus} GPU(s) cannot hold one server of each of {', '.join(ws)} ({need} GPUs)")
@@ -521,9 +524,11 @@ def _allocate_phase(ws: dict[str, dict], gpus: int) -> dict[str, int]:
             if t <= w["tail"]:
                 return None
             out[m] = max(1, math.ceil(w["hours"] / (t - w["tail"]) - 1e-9))
+            if out[m] > w["fill"]:  # faster than its calls allow: never, whatever the servers
+                return None
         return out if sum(n * ws[m]["gpus"] for m, n in out.items()) <= gpus else None
 
-    cands = sorted({_wall(w, k) for w in ws.values() for k in range(1, gpus // w["gpus"] + 1)})
+    cands = sorted({_wall(w, k) for w in ws.values() for k in range(1, min(gpus // w["gpus"], w["fill"]) + 1)})
     lo, hi = 0, len(cands) - 1  # the largest candidate (every model on one server) always fits
     while lo < hi:
         mid = (lo + hi) // 2

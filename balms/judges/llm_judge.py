@@ -443,61 +443,8 @@ def verdict_key(*, judge_model: str, model_id: str, justify: bool, max_tokens: i
                    **({"window": check_judge_window(window)} if window != "agent" else {})})
 
 
-def _read_verdicts(path, key: str, retry_errors: bool = True) -> dict[str, dict]:
-    """Stored verdicts of `path` made under `key`, by sample id. A torn last line (a crash mid-write) is cut off and
-    reported (`balms.jsonl_store`), so the next verdict appended is readable. A backend error is no verdict: with
-    `retry_errors` it is dropped from the file and judged again."""
-    from pathlib import Path
-
-    from balms.jsonl_store import recover_jsonl, rewrite_jsonl
-
-    path = Path(path)
-    verdicts = recover_jsonl(path, json.loads, "judge verdict")
-    kept = [v for v in verdicts if not (retry_errors and v.get("unscored_code") == "backend_error")]
-    if len(kept) < len(verdicts):
-        rewrite_jsonl(path, [json.dumps(v, default=str) for v in kept])
-    return {v["sample_id"]: v for v in kept if v.get("judge_key") == key}
-
-
-def judge_into(path, records: Iterable, tables_or_window_fn, backend: Backend, *, judge_model: str, key: str,
-               retry_errors: bool = True, concurrency: int = 1, **kwargs) -> list[dict]:
-    """THE judge loop (notebook 07's grid and `balms judge run`): every record judged by `judge_record` into the JSONL
-    `path`, one verdict per line as it is made (sample_id, judge_model, judge_key and the JudgeResult), resumable:
-    a verdict stored under the same `key` is reused (backend errors are judged again unless `retry_errors` is
-    False). `concurrency` verdicts at once, through the runner's loop (balms.models.slots.drive: Ctrl-C stops it keeping
-    every verdict made; the judge server's slots meter the calls). Returns the verdicts in record order."""
-    from pathlib import Path
-
-    from balms.models.slots import drive
-    from balms.records import PredictionRecord
-    from balms.threads import Pool
-
-    backend = with_retries(backend, retries=JUDGE_RETRIES)
-    path = Path(path)
-    done = _read_verdicts(path, key, retry_errors)
-    records = [r if isinstance(r, PredictionRecord) else PredictionRecord.model_validate(r) for r in records]
-    todo = list({r.sample_id: r for r in records if r.sample_id not in done}.values())
-
-    def one(rec):
-        return rec.sample_id, judge_record(rec, tables_or_window_fn, backend, **kwargs)
-
-    with path.open("a") as fh:
-        def write(res) -> None:
-            sid, verdict = res
-            done[sid] = {"sample_id": sid, "judge_model": judge_model, "judge_key": key, **verdict.model_dump()}
-            fh.write(json.dumps(done[sid], default=str) + "\n")
-            fh.flush()
-
-        pool = Pool(max(1, min(concurrency, len(todo))), "balms-judge")
-        try:
-            drive(((pool, k, one, rec) for k, rec in enumerate(todo)), write)
-        finally:
-            pool.close()
-    return [done[r.sample_id] for r in records]
-
-
 def result_of(verdict: dict) -> JudgeResult:
-    """A stored verdict (a `judge_into` line) back as a JudgeResult."""
+    """A stored verdict (a line of balms.judges.loop's verdict files) back as a JudgeResult."""
     return JudgeResult.model_validate({k: v for k, v in verdict.items()
                                        if k not in ("sample_id", "judge_model", "judge_key")})
 
