@@ -474,8 +474,9 @@ TAIL_CALLS = 1
 
 
 def phase_work(d: dict, *, slots: int = 16, tail_calls: int = TAIL_CALLS) -> dict[str, dict[str, dict]]:
-    """{phase: {model: {"hours": server hours of work, "tail": hours of the drain, "gpus": GPUs per server}}} for
-    the GPU-served models of a plan's `phases` table (Claude runs over the API beside them)."""
+    """{phase: {model: {"hours": server hours of work, "tail": hours of the drain, "gpus": GPUs per server, "fill":
+    servers its calls can fill at once}}} for the GPU-served models of a plan's `phases` table (Claude runs over the
+    API beside them)."""
     out: dict[str, dict[str, dict]] = {}
     for phase, models in d["phases"].items():
         for m, v in models.items():
