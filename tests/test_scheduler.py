@@ -257,8 +257,8 @@ def test_a_pool_closed_with_tuple_ranked_tasks_queued_runs_them_then_ends():
 
 def test_submit_once_shares_a_queued_or_running_task_and_forgets_it_once_done():
     """RAPTOR's day summaries: a user's samples in flight together need the same days. Each held a pool thread
-    blocked on the first sample's call (bench-scale at 560 samples a cell: all 128 of DeepSeek's summary threads
-    busy, 1,800 queued, its servers at 10 of 16 requests). submit_once gives the second asker the first's future."""
+    blocked on the first sample's call, so a full summary pool kept its servers underfed (issue 36's bench-scale
+    diagnosis). submit_once gives the second asker the first's future."""
     import threading
 
     from balms.threads import Pool
@@ -376,8 +376,8 @@ def test_ctrl_c_stops_a_grid_within_two_seconds_keeping_every_finished_record(tm
 
 
 def test_the_judge_phase_keeps_its_server_at_its_concurrency_limit(tmp_path, monkeypatch):
-    """Issue 36: the judge sent one request at a time, then one cell at a time (a GLOBEM cell has 20 rationales
-    against judge servers of hundreds of slots). Now every cell's rationales go through one loop
+    """Issue 36: the judge sent one request at a time, then one cell at a time (a cell's few rationales against
+    judge servers of hundreds of slots). Now every cell's rationales go through one loop
     (balms.judges.loop.judge_files, as `judge_grid` calls it) with as many in flight as the judge's servers have
     slots (judge_concurrency): four cells of 3 rationales keep a 6-slot server at 6, never above, and each cell's
     verdicts land in its own file in its records' order."""

@@ -3,9 +3,8 @@ appended to its own file as it is made, resumable.
 
 Why a module of its own: how verdicts are scheduled and stored cannot change what a verdict says, so this is
 outside the verdict's code key (balms.cellspec.JUDGE_ROOTS is the judge itself, balms.judges.llm_judge), as the
-scheduler is outside a cell's. Why many files at once: a grid's cells hold a few rationales each (20 per GLOBEM
-cell in the paper profile), so judging cell after cell kept at most that many requests on judge servers with
-hundreds of slots."""
+scheduler is outside a cell's. Why many files at once: a grid's cells hold a few rationales each, so judging cell
+after cell kept at most that many requests on judge servers with hundreds of slots."""
 
 from __future__ import annotations
 
